@@ -1,0 +1,41 @@
+# Basalt — see README.md. Two commands matter: `make run` and `make test`.
+GO        ?= go
+BIN       := bin
+RUN_DIR   ?= $(CURDIR)/.basalt
+FUZZTIME  ?= 10s
+
+.PHONY: all build run test test-unit test-e2e fuzz-short lint bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+## run: start a local node with a volume and print the nvme-cli commands to attach it.
+run: build
+	RUN_DIR=$(RUN_DIR) BIN=$(BIN) scripts/run.sh
+
+## test: everything CI runs: lint, unit + integration tests (race detector),
+## the real-kernel e2e test under qemu (installs what it needs), short fuzzing.
+test: lint test-unit fuzz-short
+
+test-unit:
+	$(GO) test -race -timeout 30m ./...
+
+test-e2e:
+	$(GO) test -v -count=1 -timeout 20m ./tests/e2e/
+
+fuzz-short:
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -count=1 ./pkg/lint/
+
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/... ./target/... ./ec/... ./cache/...
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,104 @@
+// Command basaltd is the Basalt storage node daemon: it serves the volumes its
+// configuration names over NVMe/TCP.
+//
+//	basaltd --config /etc/basalt/basaltd.toml [--listen ADDR] [--advertise ADDR] [--log-level LEVEL]
+//
+// It logs with log/slog to stderr and stops cleanly on SIGTERM or SIGINT.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"basalt/pkg/config"
+	"basalt/pkg/node"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	path := flag.String("config", "", "configuration file (TOML; required)")
+	listen := flag.String("listen", "", "override nvme.listen (host:port)")
+	advertise := flag.String("advertise", "", "override nvme.advertise (host:port hosts connect to)")
+	level := flag.String("log-level", "", "override log.level (debug, info, warn, error)")
+	flag.Parse()
+	if *path == "" {
+		fmt.Fprintln(os.Stderr, "basaltd: --config FILE is required (see README.md for an example)")
+		return 2
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "basaltd:", err)
+		return 2
+	}
+	if *listen != "" {
+		cfg.NVMe.Listen = *listen
+	}
+	if *advertise != "" {
+		cfg.NVMe.Advertise = *advertise
+	}
+	if *level != "" {
+		cfg.Log.Level = *level
+	}
+	log := newLogger(cfg.Log)
+	n, err := node.Start(cfg, log.With("node", cfg.Node.Name))
+	if err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
+	printConnectHints(cfg)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	<-ctx.Done()
+	stop()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Shutdown(sctx); err != nil {
+		log.Error("shutdown", "err", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+func newLogger(c config.Log) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(c.Level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// printConnectHints tells the administrator how a host attaches.
+func printConnectHints(cfg *config.Config) {
+	host, port := splitHostPort(cfg.NVMe.Advertise)
+	fmt.Fprintf(os.Stderr, "\nAttach from a Linux host (modprobe nvme-tcp first):\n")
+	fmt.Fprintf(os.Stderr, "  nvme discover -t tcp -a %s -s %s\n", host, port)
+	for _, s := range cfg.Subsystems {
+		fmt.Fprintf(os.Stderr, "  nvme connect  -t tcp -a %s -s %s -n %s\n", host, port, s.NQN)
+	}
+	fmt.Fprintf(os.Stderr, "  nvme connect-all -t tcp -a %s -s %s\n\n", host, port)
+}
+
+func splitHostPort(a string) (string, string) {
+	for i := len(a) - 1; i >= 0; i-- {
+		if a[i] == ':' {
+			h := a[:i]
+			if len(h) > 1 && h[0] == '[' {
+				h = h[1 : len(h)-1]
+			}
+			return h, a[i+1:]
+		}
+	}
+	return a, "4420"
+}

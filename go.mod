@@ -1,0 +1,8 @@
+module basalt
+
+go 1.26.8
+
+require (
+	github.com/BurntSushi/toml v1.6.0
+	golang.org/x/sys v0.50.0
+)

@@ -1,0 +1,71 @@
+// Package backend defines the interface between the NVMe target and the
+// storage behind a namespace, the error classes a backend reports, and the two
+// simple backends: Memory and File. The log-structured store (pkg/store) and
+// the replicated volume (replication/) implement the same interface.
+package backend
+
+import (
+	"context"
+	"errors"
+)
+
+// WriteFlags modify a write.
+type WriteFlags uint8
+
+const (
+	// WriteFUA asks that the data be durable (survive power loss) when WriteAt
+	// returns, whatever the backend's caching (NVMe Force Unit Access).
+	WriteFUA WriteFlags = 1 << iota
+)
+
+// Backend is a block device as the target sees it. Offsets and lengths are in
+// bytes and multiples of BlockSize; the target checks ranges before calling,
+// but implementations check again and return ErrOutOfRange.
+//
+// All methods are safe for concurrent use. A method that returns nil has done
+// its work: ReadAt filled p completely; WriteAt's data will be returned by
+// every later ReadAt (and is durable if WriteFUA was set, or after the next
+// successful Flush). Unwritten and trimmed blocks read as zeroes.
+type Backend interface {
+	// Size returns the capacity in bytes.
+	Size() int64
+	// BlockSize returns the logical block size in bytes (512 or 4096).
+	BlockSize() int
+	// ReadAt reads len(p) bytes at off.
+	ReadAt(ctx context.Context, p []byte, off int64) error
+	// WriteAt writes p at off.
+	WriteAt(ctx context.Context, p []byte, off int64, flags WriteFlags) error
+	// Flush makes every write that completed before it durable.
+	Flush(ctx context.Context) error
+	// Trim deallocates [off, off+n): later reads return zeroes.
+	Trim(ctx context.Context, off, n int64) error
+	// WriteZeroes writes zeroes over [off, off+n) (it may deallocate).
+	WriteZeroes(ctx context.Context, off, n int64) error
+	// Close releases resources; no method may be called after it.
+	Close() error
+}
+
+// Error classes. Backends wrap these with %w; the target maps them to NVMe
+// status codes in one place (target/status.go).
+var (
+	// ErrOutOfRange: the range lies beyond Size (LBA Out of Range).
+	ErrOutOfRange = errors.New("backend: range out of bounds")
+	// ErrMisaligned: offset or length is not a multiple of BlockSize.
+	ErrMisaligned = errors.New("backend: misaligned offset or length")
+	// ErrNoSpace: the backing store is full (Capacity Exceeded).
+	ErrNoSpace = errors.New("backend: no space left")
+	// ErrMedia: data could not be read back intact (Unrecovered Read Error).
+	ErrMedia = errors.New("backend: unrecoverable media error")
+	// ErrWriteFault: the write could not be made durable (Write Fault).
+	ErrWriteFault = errors.New("backend: write fault")
+	// ErrReadOnly: the namespace is write protected.
+	ErrReadOnly = errors.New("backend: read only")
+	// ErrInaccessible: this node cannot serve the volume now (not the
+	// replication leader); the host should use another path (ANA Inaccessible).
+	ErrInaccessible = errors.New("backend: volume not accessible on this node")
+	// ErrTransition: the volume is changing owner; retry on another path soon
+	// (ANA Transition).
+	ErrTransition = errors.New("backend: volume in transition")
+	// ErrClosed: the backend was closed.
+	ErrClosed = errors.New("backend: closed")
+)

@@ -1,0 +1,67 @@
+package target
+
+import (
+	"basalt/pkg/nvme"
+)
+
+// DataDir is the direction of a command's data transfer.
+type DataDir uint8
+
+const (
+	DirNone DataDir = iota // no data
+	DirH2C                 // host to controller (write-like: Write, DSM, Connect, Set Features with data)
+	DirC2H                 // controller to host (read-like: Read, Identify, Get Log Page)
+)
+
+// Request is one command in flight on a submission queue (≈ struct nvmet_req).
+// Requests live in slots that the transport preallocates per queue; the core
+// never allocates or frees them.
+//
+// Lifecycle, driven by the transport (one goroutine per queue receives):
+//
+//  1. the transport fills Cmd from a CapsuleCmd PDU and calls SQ.Init(r).
+//     Init validates the command, chooses its handler, and sets Dir and
+//     TransferLen. On failure Init completes r itself (QueueResponse is
+//     called) and returns false.
+//  2. for DirH2C the transport places exactly TransferLen bytes in
+//     Data[:TransferLen] (in-capsule data, or H2CData after R2T).
+//  3. the transport calls SQ.Execute(r). The handler runs, possibly on
+//     another goroutine, and ends in exactly one completion: the core fills
+//     Cpl (CID, SQID, SQHD, Status, DW0/DW1) and, for DirC2H, DataLen bytes in
+//     Data, then calls QueueOps.QueueResponse(r) once.
+//  4. the transport sends C2HData (DirC2H and success) and the CapsuleResp,
+//     then reuses the slot.
+type Request struct {
+	// Cmd is the submission queue entry as received.
+	Cmd nvme.Command
+	// Cpl is the completion; valid when QueueResponse is called.
+	Cpl nvme.Completion
+	// Data is the slot's data buffer, owned by the transport. Its capacity is
+	// at least the queue's maximum transfer size (MDTS, or 8 KiB for admin
+	// queues and Fabrics commands).
+	Data []byte
+	// Dir and TransferLen are set by Init: the data the command moves.
+	Dir         DataDir
+	TransferLen uint32
+	// DataLen is the number of bytes of Data to send for a DirC2H command
+	// that succeeded (normally TransferLen).
+	DataLen uint32
+	// Slot is the transport's index of this request (for its own use).
+	Slot int
+
+	execute func(*Request)
+	ns      *Namespace
+}
+
+// QueueOps is what the core needs from a transport queue (≈ struct
+// nvmet_fabrics_ops for one queue).
+type QueueOps interface {
+	// QueueResponse hands a completed request back to the transport. The
+	// core calls it exactly once per request that was passed to Init, from
+	// any goroutine. It must not block on the network.
+	QueueResponse(r *Request)
+	// Close tears the queue's connection down (controller reset, keep-alive
+	// expiry, shutdown). It may be called from any goroutine, more than once,
+	// and must not block on the network.
+	Close(reason error)
+}
