@@ -1,6 +1,8 @@
 package target
 
 import (
+	"sync/atomic"
+
 	"basalt/pkg/nvme"
 )
 
@@ -49,8 +51,12 @@ type Request struct {
 	// Slot is the transport's index of this request (for its own use).
 	Slot int
 
-	execute func(*Request)
-	ns      *Namespace
+	// The fields below belong to the core; Init resets them.
+	execute func(*Request) // chosen by Init (cf. req->execute)
+	ns      *Namespace     // resolved by Init for namespace commands
+	sq      *SQ            // the queue the request arrived on
+	errLoc  uint16         // Parameter Error Location (SQE byte offset) of a failure
+	state   atomic.Uint32  // reqFree → reqActive → reqDone: completed once
 }
 
 // QueueOps is what the core needs from a transport queue (≈ struct

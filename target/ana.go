@@ -1,0 +1,157 @@
+package target
+
+import (
+	"slices"
+	"sync/atomic"
+
+	"basalt/pkg/nvme"
+)
+
+// Asymmetric Namespace Access (NVMe Base 2.0 §8.1.3). Each namespace is in
+// one ANA group (by default its own: ANAGRPID = NSID). The state of a group
+// is kept per port, as nvmet does (port->ana_state[grpid]): a node's port
+// reports "optimized" for the volumes whose Raft group it leads and
+// "inaccessible" for the others. Unset states read as optimized.
+
+// anaPort holds the ANA state of every group as seen through one port.
+// Indexed by group ID (1..MaxNamespaces); lock-free for the I/O path.
+type anaPort struct {
+	id     uint16
+	states []atomic.Uint32 // nvme.ANAState; 0 = never set = optimized
+	chgcnt []atomic.Uint64 // CHGCNT at the group's last change
+}
+
+// anaPortLocked returns the table of port id, creating it (t.mu held, or
+// during New).
+func (t *Target) anaPortLocked(id uint16) *anaPort {
+	if p := t.mu.ana[id]; p != nil {
+		return p
+	}
+	n := t.cfg.MaxNamespaces + 1
+	p := &anaPort{id: id, states: make([]atomic.Uint32, n), chgcnt: make([]atomic.Uint64, n)}
+	t.mu.ana[id] = p
+	return p
+}
+
+// state returns the ANA state of group grp on this port.
+func (p *anaPort) state(grp uint32) nvme.ANAState {
+	if v := p.states[grp].Load(); v != 0 {
+		return nvme.ANAState(v)
+	}
+	return nvme.ANAOptimized
+}
+
+func validANAState(s nvme.ANAState) bool {
+	switch s {
+	case nvme.ANAOptimized, nvme.ANANonOptimized, nvme.ANAInaccessible, nvme.ANAPersistentLoss, nvme.ANAChange:
+		return true
+	}
+	return false
+}
+
+// SetANAState sets the state of ANA group `group` as seen through port
+// portID. On a change it bumps the ANA log CHGCNT and sends an ANA Change
+// event (AEN 0x000C0302) to every controller connected through that port
+// whose subsystem has a namespace in the group. Invalid groups or states
+// are logged and ignored.
+//
+// Keep at least one path of every group optimized or non-optimized: the
+// Linux host queues I/O forever while every path is inaccessible.
+func (t *Target) SetANAState(group uint32, portID uint16, s nvme.ANAState) {
+	if group == 0 || group > t.cfg.MaxNamespaces || !validANAState(s) {
+		t.log.Error("invalid ANA state change ignored", "group", group, "port", portID, "state", s)
+		return
+	}
+	t.mu.Lock()
+	p := t.anaPortLocked(portID)
+	if p.state(group) == s {
+		t.mu.Unlock()
+		return
+	}
+	p.states[group].Store(uint32(s))
+	p.chgcnt[group].Store(t.anaChgcnt.Add(1))
+	ctrls := t.controllersLocked(func(c *Controller) bool {
+		return !c.discovery && c.port.ana == p && c.subsys.hasGroup(group)
+	})
+	t.mu.Unlock()
+	t.log.Info("ANA state changed", "group", group, "port", portID, "state", s, "controllers", len(ctrls))
+	postAll(ctrls, nvme.AENANAChange, nvme.AECANAChange)
+}
+
+// ANAState returns the state of group as seen through port portID.
+func (t *Target) ANAState(group uint32, portID uint16) nvme.ANAState {
+	if group == 0 || group > t.cfg.MaxNamespaces {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.anaPortLocked(portID).state(group)
+}
+
+// hasGroup reports whether an active namespace of s is in ANA group grp.
+func (s *Subsystem) hasGroup(grp uint32) bool {
+	for _, ns := range s.table().list {
+		if ns.anaGroup == grp {
+			return true
+		}
+	}
+	return false
+}
+
+// anaStatus returns the path status for I/O to ns through port p: success
+// when the group is optimized or non-optimized, else the matching SCT 3
+// status, never with DNR, so the host fails over (checklist §4.3).
+func (p *anaPort) anaStatus(ns *Namespace) nvme.Status {
+	switch p.state(ns.anaGroup) {
+	case nvme.ANAOptimized, nvme.ANANonOptimized:
+		return nvme.StatusSuccess
+	case nvme.ANAInaccessible:
+		return nvme.StatusANAInaccessible
+	case nvme.ANAPersistentLoss:
+		return nvme.StatusANAPersistentLoss
+	default:
+		return nvme.StatusANATransition
+	}
+}
+
+// anaLog builds the ANA log page (LID 0Ch) for controller c: one descriptor
+// per group that holds an active namespace, in ascending group order, each
+// listing its NSIDs in ascending order (the Linux host's merge loop relies
+// on it), or no NSIDs when rgo (LSP bit 0, Return Groups Only) is set.
+func (c *Controller) anaLog(rgo bool) []byte {
+	list := c.subsys.table().list // ascending NSID
+	var groups []uint32
+	for _, ns := range list {
+		groups = append(groups, ns.anaGroup)
+	}
+	slices.Sort(groups)
+	groups = slices.Compact(groups)
+	size := nvme.ANALogHeaderSize + len(groups)*nvme.ANAGroupHeaderSize
+	if !rgo {
+		size += 4 * len(list)
+	}
+	b := make([]byte, size)
+	h := nvme.ANAHeader{CHGCNT: c.t.anaChgcnt.Load(), NGRPS: uint16(len(groups))}
+	h.Marshal(b)
+	off := nvme.ANALogHeaderSize
+	ap := c.port.ana
+	for _, g := range groups {
+		d := nvme.ANAGroupDescriptor{ANAGRPID: g, CHGCNT: ap.chgcnt[g].Load(), State: ap.state(g)}
+		var nsids []uint32
+		if !rgo {
+			for _, ns := range list {
+				if ns.anaGroup == g {
+					nsids = append(nsids, ns.nsid)
+				}
+			}
+		}
+		d.NNSIDS = uint32(len(nsids))
+		d.Marshal(b[off:])
+		off += nvme.ANAGroupHeaderSize
+		for _, id := range nsids {
+			putLE32(b[off:], id)
+			off += 4
+		}
+	}
+	return b
+}
