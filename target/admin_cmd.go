@@ -110,7 +110,10 @@ func (c *Controller) identifyController(buf []byte) {
 		id.CNTRLTYPE = nvme.ControllerTypeDiscovery
 		id.MDTS = discoveryMDTS
 		id.LPA = lpaExtendedData
-		id.MAXCMD = AdminQueueDepth
+		// MAXCMD as on I/O controllers (nvmet does the same): the Linux host
+		// clamps its queue_size to MAXCMD and warns "queue_size 128 > ctrl
+		// sqsize 32, clamping down" on every discovery otherwise.
+		id.MAXCMD = cfg.MQES + 1
 	} else {
 		nn := cfg.MaxNamespaces
 		id.CNTRLTYPE = nvme.ControllerTypeIO

@@ -224,10 +224,10 @@ func (t *Target) subsystemLocked(nqn string) *Subsystem {
 // capProperty returns the CAP property (NVMe Base 2.0 §3.1.4.1; checklist §2.2):
 // MQES, CQR 1, TO 15 (7.5 s), CSS NVM only, MPSMIN = MPSMAX = 0 (4 KiB).
 func (c *Controller) capProperty() uint64 {
+	// Discovery controllers report the same MQES as I/O controllers, as
+	// nvmet does: the Linux host warns when its queue_size exceeds MQES+1,
+	// even on a discovery controller that has no I/O queues.
 	mqes := uint64(c.t.cfg.MQES)
-	if c.discovery {
-		mqes = AdminQueueDepth - 1
-	}
 	return mqes | nvme.CAPCQR | 15<<nvme.CAPTOShift | nvme.CAPCSSNVM
 }
 

@@ -1,0 +1,91 @@
+// Package tcp is the NVMe/TCP transport of the target (≈ Linux
+// drivers/nvme/target/tcp.c). It frames PDUs, negotiates digests, moves data
+// (in-capsule, R2T/H2CData, C2HData) and hands commands to the core
+// (package target) through target.Request slots; it knows nothing of
+// controllers, namespaces or command semantics.
+//
+// # Connections and goroutines
+//
+// A Listener accepts TCP connections for one target.Port. Each connection
+// carries exactly one NVMe queue (admin or I/O) and gets its own core queue
+// from Target.NewSQ. Per connection there are two goroutines:
+//
+//   - the receive goroutine runs the receive state machine and owns the
+//     connection's lifecycle (handshake, teardown);
+//   - the send goroutine writes everything else: R2Ts, C2HData, CapsuleResps
+//     and the C2HTermReq of a fatal error.
+//
+// The core completes commands from any goroutine with QueueResponse, which
+// links the command's slot into an intrusive FIFO and never blocks: a slot is
+// on the list at most once, so the list is bounded by the slot count. The
+// sender takes the whole list, encodes PDU headers into a per-queue arena,
+// references data in the slot buffers, and writes the batch with one
+// gathered write (writev). Nothing is allocated per command once every slot
+// in use has its buffer.
+//
+// # Receive state machine
+//
+//	          ┌──────────────── recvPDU ◀──────────────┐
+//	          │ CH: validate type, flags, HLEN, PDO,    │
+//	          │ PLEN, limits; PSH; HDGST; pad           │
+//	          ▼                                         │
+//	CapsuleCmd/H2CData with data ──▶ recvData ──▶ recvDDGST (if DDGSTF)
+//	any violation ──▶ recvErr: C2HTermReq queued, connection ends
+//
+// The first PDU must be an ICReq (PFV 0, HPDA ≤ 31); the ICResp carries PFV
+// 0, CPDA 0, the host's digest bits and MAXH2CDATA. A connection without an
+// ICReq within Options.ICReqTimeout is closed.
+//
+// # Slots
+//
+// A queue preallocates slots (≈ nvmet_tcp_cmd): 32 before Connect, Depth()+1
+// after (the Linux host reuses a CID as soon as it sees the completion). A
+// slot's index is Request.Slot and the R2T transfer tag. States:
+//
+//	free ─▶ receiving ─Init─▶ in-core ─QueueResponse─▶ sending ─written─▶ free
+//	             └─▶ r2t-queued ─R2T emitted─▶ awaiting-data ─last H2CData─┘
+//
+// Data buffers are allocated on a slot's first data command, sized to the
+// queue's largest transfer (MaxTransferSize, at least 8 KiB), as
+// target.Request requires. Released slots are reused most-recent first, so
+// at low queue depth only a few buffers are ever allocated.
+//
+// # Decisions (checklist = shared/research/nvme-tcp-checklist.md)
+//
+//   - Header validation follows FreeBSD nvmf_tcp_validate_pdu_header field
+//     by field, lowest field first (checklist §1.9), except: a second ICReq
+//     is a PDU sequence error (SPDK, nvmet); DDGSTF is required only on PDUs
+//     with data (H-TCP nvme_tcp_setup_cmd_pdu; nvmet "len && !DDGSTF"); PDO
+//     alignment is checked only for CPDA ≠ 0 (SPDK nvmf_tcp_pdu_ch_handle).
+//   - In-capsule data larger than the queue accepts (8 KiB, or the I/O
+//     queue's IOCCSZ-derived size if larger) is FES 05h at the header: the
+//     PDU is not read. An SGL that does not describe the in-capsule data the
+//     PDU carries gets a status (SGL Descriptor Type Invalid / Data SGL
+//     Length Invalid): PLEN says where the next PDU starts. Everything else
+//     about the SGL is the core's Init (so it goes through the core's
+//     completion path).
+//   - One R2T per command for the whole transfer (nvmet, SPDK), so MAXR2T
+//     needs no bookkeeping; any number of H2CData PDUs per R2T. H2CData
+//     checks and their FES/FEI follow SPDK nvmf_tcp_h2c_data_hdr_handle and
+//     FreeBSD nvmf_tcp_handle_h2c_data (see receiveH2CData).
+//   - A bad data digest on host data is fatal, FES 03h (nvmet tears the
+//     queue down; SPDK up to v22 sends FES 03h; current SPDK fails the
+//     command with Transient Transport Error instead).
+//   - A capsule reusing an outstanding CID, or exceeding the queue depth, is
+//     FES 02h: a Command ID Conflict status would carry the same CID and
+//     complete the host's original command (H-NVMEH nvme_find_rq).
+//   - C2HData carries at most Options.C2HDataSize bytes; the last has
+//     LAST_PDU, and SUCCESS (no CapsuleResp) only when the queue's Connect
+//     disabled SQ flow control and DW0/DW1 are zero (SPDK, nvmet).
+//   - MAXH2CDATA defaults to 128 KiB (SPDK's default; nvmet sends 4 MiB):
+//     host data is read straight into the slot buffer, so the value only
+//     bounds the time spent in one PDU.
+//
+// # Teardown
+//
+// When the receiver stops (EOF, error, violation, QueueOps.Close, Shutdown)
+// it calls SQ.Release, drops the slots still waiting for host data (never
+// executed), waits for every executing command to complete, lets the sender
+// write what they queued (bounded by Options.DrainTimeout), then closes the
+// socket. A completion arriving after that is dropped.
+package tcp

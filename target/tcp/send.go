@@ -1,0 +1,280 @@
+package tcp
+
+import (
+	"net"
+
+	"basalt/pkg/nvme"
+	"basalt/target"
+)
+
+// Sizes of the send goroutine's per-queue buffers. A batch is written when
+// either fills up; PDU headers go to the arena, data is referenced in place.
+const (
+	senderArenaSize = 16 << 10
+	senderIovCap    = 256
+	// pduArenaMax bounds the arena bytes of one PDU: header, header
+	// digest, padding to PDO (HPDA 31 means 128-byte alignment) and the
+	// data digest.
+	pduArenaMax = 128 + nvme.DigestSize
+)
+
+// sender is the send goroutine's state (≈ nvmet's send path with its
+// NVMET_TCP_SEND_* states folded into one pass per slot). It turns queued
+// slots into PDUs — header bytes in a per-queue arena, data by reference to
+// the slot buffers — and writes each batch with one gathered write
+// (net.Buffers: writev on TCP). Slots are released only after the write that
+// carried their last byte returned.
+type sender struct {
+	q         *queue
+	iov       net.Buffers
+	iovBase   [][]byte
+	arena     []byte
+	off       int // arena bytes used in this batch
+	arenaIov  int // index of the iov entry ending at arena[off], or -1
+	toRelease []*slot
+	// dead is set once nothing more may be written: a write failed or a
+	// C2HTermReq was sent.
+	dead bool
+
+	// Negotiated at ICReq time.
+	hdgst, ddgst bool
+	pdoAlign     int // C2HData PDO alignment: (HPDA+1)*4
+	// sqFlowDisabled is set when this queue's Connect had CATTR DISSQFC.
+	sqFlowDisabled bool
+	// lastSQHD is the SQHD of the last completion built by the core, used
+	// for completions the transport builds itself.
+	lastSQHD uint16
+}
+
+func (w *sender) init(q *queue) {
+	w.q = q
+	w.iovBase = make([][]byte, 0, senderIovCap)
+	w.iov = w.iovBase
+	w.arena = make([]byte, senderArenaSize)
+	w.arenaIov = -1
+	w.toRelease = make([]*slot, 0, 64)
+}
+
+// sendLoop is the send goroutine. Before the handshake it only enforces the
+// ICReq timeout; then it writes what the receiver and the core queue, until
+// teardown closes stopSender.
+func (q *queue) sendLoop() {
+	defer close(q.senderDone)
+	if !q.waitHandshake() {
+		<-q.stopSender
+		return
+	}
+	w := &q.send
+	w.hdgst, w.ddgst = q.hdgst, q.ddgst
+	w.pdoAlign = (int(q.hpda) + 1) * 4
+	for {
+		select {
+		case <-q.respReady:
+			w.sendBatch()
+		case <-q.stopSender:
+			w.sendBatch()
+			return
+		}
+	}
+}
+
+// waitHandshake waits for the ICResp to be written. A connection without a
+// valid ICReq within ICReqTimeout is closed (the receiver then fails).
+func (q *queue) waitHandshake() bool {
+	t := q.opts.Clock.NewTimer(q.opts.ICReqTimeout)
+	defer t.Stop()
+	stopped := false
+	select {
+	case <-q.handshaken:
+		return true
+	case <-q.stopSender:
+		stopped = true
+	case <-t.C():
+	}
+	// A handshake that completed just before teardown or the timer still
+	// counts: its TermReq or responses must be written.
+	select {
+	case <-q.handshaken:
+		return true
+	default:
+	}
+	if stopped {
+		return false
+	}
+	q.log.Warn("nvme/tcp: no ICReq in time; closing", "timeout", q.opts.ICReqTimeout)
+	q.conn.Close()
+	return false
+}
+
+// sendBatch writes everything queued so far, then a pending C2HTermReq.
+func (w *sender) sendBatch() {
+	q := w.q
+	q.mu.Lock()
+	head := q.mu.head
+	q.mu.head, q.mu.tail = nil, nil
+	term := q.mu.term
+	q.mu.term = nil
+	q.mu.Unlock()
+	for s := head; s != nil; {
+		next, kind := s.next, s.kind
+		s.next = nil
+		if kind == sendR2T {
+			w.emitR2T(s) // last access: the slot may be queued again after it
+		} else {
+			w.emitResponse(s)
+		}
+		s = next
+	}
+	w.flush()
+	if term != nil && !w.dead {
+		w.dead = true
+		q.conn.Write(term) // best effort: the connection ends either way
+		if c, ok := q.conn.(interface{ CloseWrite() error }); ok {
+			c.CloseWrite()
+		}
+	}
+}
+
+// emitR2T asks the host for the whole transfer (R2TO 0, R2TL TransferLen),
+// tagged with the slot index (NVMe/TCP 1.0 §3.6.2.8).
+func (w *sender) emitR2T(s *slot) {
+	r := &s.req
+	hlen := nvme.DataHLEN
+	var flags uint8
+	if w.hdgst {
+		hlen += nvme.DigestSize
+		flags = nvme.FlagHDGSTF
+	}
+	w.reserve(hlen, 1)
+	nvme.EncodeDataHeader(w.header(hlen), nvme.PDUR2T, flags, 0, uint32(hlen),
+		nvme.DataHeader{CCCID: r.Cmd.CID(), TTAG: s.index, DATAO: 0, DATAL: r.TransferLen})
+	// From here the receiver accepts H2CData for the slot. (The swap fails
+	// only if teardown abandoned the slot; the R2T then goes nowhere.)
+	s.swapState(slotR2TQueued, slotAwaitingData)
+}
+
+// emitResponse writes a completed command: C2HData PDUs for a successful
+// read, then the CapsuleResp unless the last C2HData carries SUCCESS.
+func (w *sender) emitResponse(s *slot) {
+	r := &s.req
+	// The host may reuse the CID, and submit another command, once it
+	// sees this response.
+	w.q.cids.clear(r.Cmd.CID())
+	w.q.outstanding.Add(-1)
+	if s.local {
+		r.Cpl.SQHD = w.lastSQHD
+	} else {
+		w.lastSQHD = r.Cpl.SQHD
+	}
+	w.noteConnect(r)
+	var data []byte
+	if r.Dir == target.DirC2H && r.Cpl.Status.Success() {
+		data = r.Data[:min(r.DataLen, r.TransferLen, uint32(len(r.Data)))]
+	}
+	// NVMe/TCP 1.0 §3.6.2.7: SUCCESS only with LAST_PDU, and only where
+	// the implied all-zero CQE loses nothing: SQ flow control disabled
+	// (no SQHD) and DW0/DW1 zero (SPDK _nvmf_tcp_send_c2h_data; nvmet
+	// sets it only when sqhd_disabled).
+	success := len(data) > 0 && w.sqFlowDisabled && !w.q.opts.DisableC2HSuccess &&
+		r.Cpl.DW0 == 0 && r.Cpl.DW1 == 0
+	chunk := int(w.q.opts.C2HDataSize)
+	for off := 0; off < len(data); off += chunk {
+		end := min(off+chunk, len(data))
+		var flags uint8
+		if end == len(data) {
+			flags = nvme.FlagLastPDU
+			if success {
+				flags |= nvme.FlagSuccess
+			}
+		}
+		w.emitC2HData(r.Cmd.CID(), uint32(off), data[off:end], flags)
+	}
+	if !success {
+		w.emitCapsuleResp(&r.Cpl)
+	}
+	w.toRelease = append(w.toRelease, s)
+}
+
+// noteConnect remembers whether this queue's Connect disabled SQ flow
+// control (CATTR bit 2), which allows the C2HData SUCCESS flag.
+func (w *sender) noteConnect(r *target.Request) {
+	if r.Cmd.Opcode() == nvme.OpcodeFabrics && r.Cmd.FCType() == nvme.FCTypeConnect && r.Cpl.Status.Success() {
+		w.sqFlowDisabled = r.Cmd.DecodeConnect().CATTR&nvme.CATTRDisableSQFlow != 0
+	}
+}
+
+// emitC2HData writes one C2HData PDU: HLEN 24, PDO aligned to HPDA, data by
+// reference, digests as negotiated.
+func (w *sender) emitC2HData(cid uint16, off uint32, data []byte, flags uint8) {
+	hlen := nvme.DataHLEN
+	if w.hdgst {
+		hlen += nvme.DigestSize
+		flags |= nvme.FlagHDGSTF
+	}
+	pdo := (hlen + w.pdoAlign - 1) / w.pdoAlign * w.pdoAlign
+	plen := pdo + len(data)
+	if w.ddgst {
+		flags |= nvme.FlagDDGSTF
+		plen += nvme.DigestSize
+	}
+	w.reserve(pdo+nvme.DigestSize, 3)
+	b := w.header(pdo)
+	nvme.EncodeDataHeader(b, nvme.PDUC2HData, flags, uint8(pdo), uint32(plen),
+		nvme.DataHeader{CCCID: cid, DATAO: off, DATAL: uint32(len(data))})
+	clear(b[hlen:pdo])
+	w.iov = append(w.iov, data)
+	w.arenaIov = -1
+	if w.ddgst {
+		nvme.PutDigest(w.header(nvme.DigestSize), nvme.Digest(data))
+	}
+}
+
+func (w *sender) emitCapsuleResp(cpl *nvme.Completion) {
+	n := nvme.CapsuleRespHLEN
+	if w.hdgst {
+		n += nvme.DigestSize
+	}
+	w.reserve(n, 1)
+	nvme.EncodeCapsuleResp(w.header(n), cpl, w.hdgst)
+}
+
+// reserve flushes the batch unless n more arena bytes and iovs more
+// iov entries fit.
+func (w *sender) reserve(n, iovs int) {
+	if w.off+n > len(w.arena) || len(w.iov)+iovs > cap(w.iovBase) {
+		w.flush()
+	}
+}
+
+// header takes n bytes of the arena, extending the last iov entry when it
+// ends where they start.
+func (w *sender) header(n int) []byte {
+	b := w.arena[w.off : w.off+n : w.off+n]
+	if w.arenaIov >= 0 {
+		e := w.iov[w.arenaIov]
+		w.iov[w.arenaIov] = e[:len(e)+n]
+	} else {
+		w.arenaIov = len(w.iov)
+		w.iov = append(w.iov, w.arena[w.off:w.off+n])
+	}
+	w.off += n
+	return b
+}
+
+// flush writes the batch with one gathered write and releases the slots
+// whose responses it completed. After a write error nothing more is
+// written, but slots are still released.
+func (w *sender) flush() {
+	if len(w.iov) > 0 && !w.dead {
+		if _, err := w.iov.WriteTo(w.q.conn); err != nil {
+			w.dead = true
+			w.q.log.Debug("nvme/tcp: write failed", "err", err)
+			w.q.conn.Close()
+		}
+	}
+	w.iov = w.iovBase[:0]
+	w.off, w.arenaIov = 0, -1
+	w.q.release(w.toRelease)
+	clear(w.toRelease)
+	w.toRelease = w.toRelease[:0]
+}
