@@ -4,7 +4,7 @@ BIN       := bin
 RUN_DIR   ?= $(CURDIR)/.basalt
 FUZZTIME  ?= 10s
 
-.PHONY: all build run test test-unit test-e2e fuzz-short lint bench clean
+.PHONY: all build run test test-unit test-e2e fuzz-short lint bench compare compare-small clean
 
 all: build
 
@@ -36,6 +36,16 @@ lint:
 
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem ./pkg/... ./target/... ./ec/... ./cache/...
+
+## compare: raw disk vs Ceph RBD (pool size 3) vs Basalt on this machine, one run;
+## installs fio and Ceph from Debian. Writes docs/bench/results.{json,md} and PNG plots.
+## SYSTEMS="disk ceph basalt-node basalt-rf3 basalt-rf2" chooses the systems.
+compare: build
+	bench/compare.sh
+
+## compare-small: the same with 1 GiB volumes and 10 s points (about 17 minutes).
+compare-small: build
+	SMALL=1 bench/compare.sh
 
 clean:
 	rm -rf $(BIN)
