@@ -4,7 +4,7 @@ BIN       := bin
 RUN_DIR   ?= $(CURDIR)/.basalt
 FUZZTIME  ?= 10s
 
-.PHONY: all build run test test-unit test-e2e fuzz-short lint bench compare compare-small clean
+.PHONY: all build run test test-unit test-cluster bench-cluster test-e2e fuzz-short lint bench compare compare-small clean
 
 all: build
 
@@ -21,6 +21,12 @@ test: lint test-unit fuzz-short
 
 test-unit:
 	$(GO) test -race -timeout 30m ./...
+
+test-cluster:
+	$(GO) test -count=1 -v -timeout 15m ./tests/cluster/
+
+bench-cluster: build
+	BASALT_CLUSTER_BENCH=1 $(GO) test -count=1 -v -run TestMeasureIOPS ./tests/cluster/
 
 test-e2e:
 	$(GO) test -v -count=1 -timeout 20m ./tests/e2e/

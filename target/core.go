@@ -48,10 +48,12 @@ func (c *counterTotals) add(o counterTotals) {
 // queue (QID 0) or an I/O queue.
 //
 // Init and Execute are called from the transport's receive goroutine only.
-// Admin and Fabrics commands run inline in Execute; I/O commands run on a
-// per-queue set of worker goroutines, at most one per queue entry, started
-// when first needed, so that many commands are in flight while the backend
-// blocks. Completions may therefore arrive on any goroutine.
+// Admin and Fabrics commands run inline in Execute, and so do I/O commands
+// on a namespace whose backend never blocks (NonBlocker). Other I/O
+// commands run on a per-queue set of worker goroutines, at most one per
+// queue entry, started when first needed, so that many commands are in
+// flight while the backend blocks. Completions may therefore arrive on any
+// goroutine, including inside Execute.
 type SQ struct {
 	t    *Target
 	ops  QueueOps
@@ -240,19 +242,31 @@ func (r *Request) checkSGL() nvme.Status {
 }
 
 // Execute runs a command that Init accepted, after the transport placed
-// TransferLen bytes in Data for DirH2C. Admin and Fabrics commands run
-// before Execute returns (an AER completes later); I/O commands are handed
-// to a worker. Execute must not be called after Release.
+// TransferLen bytes in Data for DirH2C. Admin and Fabrics commands, and I/O
+// commands on a non-blocking namespace, complete before Execute returns (an
+// AER completes later); other I/O commands are handed to a worker. Execute
+// must not be called after Release.
 func (sq *SQ) Execute(r *Request) {
 	if r.execute == nil || r.state.Load() != reqActive {
 		sq.t.log.Error("Execute of a request that Init did not accept", "cid", r.Cmd.CID())
 		return
 	}
-	if sq.work == nil || r.Cmd.IsFabrics() {
+	if sq.work == nil || r.Cmd.IsFabrics() || (r.ns != nil && r.ns.inline) {
 		r.execute(r)
 		return
 	}
 	sq.dispatch(r)
+}
+
+// ExecutesInline reports whether Execute(r), for a request Init accepted,
+// runs an I/O command to completion before it returns, on the caller's
+// goroutine: one on a namespace whose backend is a NonBlocker. For such a
+// request the transport may point r.Data, for the duration of Execute only,
+// at exactly TransferLen bytes of host data in its own read buffer instead
+// of copying them into the slot's buffer: the handler and the backend are
+// done with the data when Execute returns.
+func (sq *SQ) ExecutesInline(r *Request) bool {
+	return sq.work != nil && r.ns != nil && r.ns.inline && !r.Cmd.IsFabrics()
 }
 
 // dispatch hands r to an idle worker, starting one if none is idle and

@@ -25,7 +25,9 @@
 //	                   ◀── false ──── (invalid: already completed)
 //	H2C data → r.Data[:TransferLen]
 //	          ───────────────────────▶ sq.Execute(r) admin: inline
-//	                                                I/O: a queue worker
+//	                                                I/O: a queue worker, or
+//	                                                inline if the backend
+//	                                                is a NonBlocker
 //	                                   handler → backend → sq.complete(r)
 //	QueueResponse(r) ◀──────────────── exactly once, any goroutine
 //	C2HData(r.Data[:DataLen]), CapsuleResp(r.Cpl), slot reused

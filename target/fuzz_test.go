@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"basalt/pkg/backend"
 	"basalt/pkg/nvme"
 )
 
@@ -121,31 +122,44 @@ func benchQueue(b *testing.B, env *testEnv, port int) *fakeQueue {
 }
 
 // BenchmarkDispatch measures Init + Execute + completion of a 4 KiB read
-// or write on a memory backend, one command in flight, including the hand
-// off to the queue worker. The steady state must not allocate.
+// or write, one command in flight: on a blocking backend (the hand-off to
+// the queue worker included) and on a NonBlocker (backend.Memory, executed
+// inline). The steady state must not allocate.
 func BenchmarkDispatch(b *testing.B) {
-	for _, op := range []nvme.Opcode{nvme.IORead, nvme.IOWrite} {
-		b.Run(map[nvme.Opcode]string{nvme.IORead: "read-4k", nvme.IOWrite: "write-4k"}[op], func(b *testing.B) {
-			env := newEnv(b)
-			q := benchQueue(b, env, 0)
-			r := q.slot(b)
-			cmd := rwCmd(op, 2, 7, 0, 4096)
-			b.SetBytes(4096)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				r.Cmd = cmd
-				if !q.sq.Init(r) {
-					b.Fatal("Init refused")
-				}
-				q.sq.Execute(r)
-				<-q.done
-			}
-			b.StopTimer()
-			if !r.Cpl.Status.Success() {
-				b.Fatal(r.Cpl.Status)
-			}
-		})
+	mem, err := backend.NewMemory(2<<20, 4096)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, path := range []struct {
+		name string
+		nsid uint32
+	}{{"worker", 2}, {"inline", 3}} {
+		for _, op := range []nvme.Opcode{nvme.IORead, nvme.IOWrite} {
+			name := path.name + "/" + map[nvme.Opcode]string{nvme.IORead: "read-4k", nvme.IOWrite: "write-4k"}[op]
+			b.Run(name, func(b *testing.B) { benchmarkDispatch(b, withNamespace3(mem), rwCmd(op, path.nsid, 7, 0, 4096)) })
+		}
+	}
+}
+
+// benchmarkDispatch runs cmd to completion b.N times on a fresh I/O queue.
+func benchmarkDispatch(b *testing.B, mutate func(*Config, *SubsystemConfig), cmd nvme.Command) {
+	env := newEnv(b, mutate)
+	q := benchQueue(b, env, 0)
+	r := q.slot(b)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.Cmd = cmd
+		if !q.sq.Init(r) {
+			b.Fatal("Init refused")
+		}
+		q.sq.Execute(r)
+		<-q.done
+	}
+	b.StopTimer()
+	if !r.Cpl.Status.Success() {
+		b.Fatal(r.Cpl.Status)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 
 // NVM command set I/O commands (NVM Command Set 1.0 §3; checklist §4):
 // Read, Write, Flush, Write Zeroes, Dataset Management. Parsing runs on the
-// receive goroutine and takes no locks; execution runs on a queue worker.
+// receive goroutine and takes no locks; execution runs on a queue worker,
+// or inline on the receive goroutine when the backend never blocks
+// (NonBlocker).
 
 const (
 	ioOffsetSLBA  = nvme.SQEOffsetCDW10     // CDW10-11

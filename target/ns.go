@@ -22,6 +22,19 @@ type NamespaceConfig struct {
 	ANAGroup uint32
 }
 
+// NonBlocker is an optional capability of a backend.Backend. A backend
+// whose NonBlocking returns true promises that none of its methods waits for
+// I/O, timers, the network or other goroutines' progress (short internal
+// locks held only around memory copies are allowed), and that it keeps no
+// reference to a buffer once the call it was passed to returns. The core
+// then executes the namespace's I/O commands inline in SQ.Execute, on the
+// transport's receive goroutine, instead of handing them to a queue worker
+// (and the transport may lend them its read buffer: SQ.ExecutesInline).
+// Backends without it, or returning false, always get a worker.
+type NonBlocker interface {
+	NonBlocking() bool
+}
+
 // Namespace is an active namespace of a subsystem (≈ struct nvmet_ns).
 type Namespace struct {
 	subsys   *Subsystem
@@ -31,6 +44,9 @@ type Namespace struct {
 	uuid     [16]byte
 	anaGroup uint32
 	lbaShift uint8
+	// inline: the backend never blocks (NonBlocker), so its I/O commands
+	// run on the transport's receive goroutine instead of a queue worker.
+	inline bool
 	// nsze is the size in logical blocks; NotifyNamespaceChanged updates it.
 	nsze atomic.Uint64
 
@@ -122,6 +138,9 @@ func (s *Subsystem) newNamespace(cfg NamespaceConfig, tab *nsTable) (*Namespace,
 	ns := &Namespace{
 		subsys: s, nsid: cfg.NSID, be: cfg.Backend, nguid: cfg.NGUID, uuid: cfg.UUID,
 		anaGroup: grp, lbaShift: uint8(bits.TrailingZeros(uint(bs))), drained: make(chan struct{}),
+	}
+	if nb, ok := cfg.Backend.(NonBlocker); ok {
+		ns.inline = nb.NonBlocking()
 	}
 	ns.nsze.Store(uint64(size) / uint64(bs))
 	return ns, nil

@@ -40,7 +40,9 @@ type Request struct {
 	Cpl nvme.Completion
 	// Data is the slot's data buffer, owned by the transport. Its capacity is
 	// at least the queue's maximum transfer size (MDTS, or 8 KiB for admin
-	// queues and Fabrics commands).
+	// queues and Fabrics commands). The one exception: while Execute runs a
+	// request SQ.ExecutesInline reports, the transport may lend exactly
+	// TransferLen bytes of host data from its own buffers instead.
 	Data []byte
 	// Dir and TransferLen are set by Init: the data the command moves.
 	Dir         DataDir

@@ -122,6 +122,12 @@ func (m *Memory) WriteZeroes(ctx context.Context, off, n int64) error { return m
 // Close implements Backend.
 func (m *Memory) Close() error { return nil }
 
+// NonBlocking reports true: no method waits for anything but a chunk lock
+// held around a memory copy, and none keeps a reference to its buffer. The
+// target runs Memory's I/O inline on the connection's receive goroutine
+// (target.NonBlocker).
+func (m *Memory) NonBlocking() bool { return true }
+
 // each calls fn for every chunk piece of [off, off+n): the chunk, the offset in
 // the chunk, the offset relative to off, and the piece length.
 func (m *Memory) each(off, n int64, fn func(c *memoryChunk, coff, poff, n int64)) {

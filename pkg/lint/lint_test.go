@@ -61,10 +61,16 @@ func under(path string, roots ...string) bool {
 // §2.1: each third-party module is imported by exactly one package (tree).
 func TestThirdPartyDependenciesStayBehindOnePackage(t *testing.T) {
 	owners := map[string][]string{
-		"github.com/klauspost/reedsolomon": {"ec"},
-		"go.etcd.io/raft/v3":               {"replication"},
-		"github.com/dgraph-io/badger/v4":   {"pkg/meta"},
-		"github.com/BurntSushi/toml":       {"pkg/config"},
+		"github.com/klauspost/reedsolomon":  {"ec"},
+		"go.etcd.io/raft/v3":                {"replication"},
+		"github.com/dgraph-io/badger/v4":    {"pkg/meta"},
+		"github.com/BurntSushi/toml":        {"pkg/config"},
+		"github.com/prometheus":             {"pkg/metrics"},
+		"gonum.org/v1/plot":                 {"bench/report"},
+		"github.com/anishathalye/porcupine": {"tests/cluster"},
+		"github.com/schollz/progressbar":    {"pkg/bench"},
+		// The two command-line front ends share the CLI framework.
+		"github.com/spf13/cobra": {"cmd/basaltctl", "pkg/bench/cli"},
 	}
 	for _, p := range listPackages(t) {
 		for _, imp := range p.Imports {

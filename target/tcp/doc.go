@@ -23,6 +23,24 @@
 // gathered write (writev). Nothing is allocated per command once every slot
 // in use has its buffer.
 //
+// # Batching
+//
+// A host submits in bursts (the Linux host and pkg/nvme/host write many
+// capsules with one writev), and on a non-blocking backend the core
+// completes I/O inside Execute, on the receive goroutine. So the receiver
+// is busy while it works through input it has already read (recvBusy):
+// completions queued meanwhile, its own or other goroutines', do not wake
+// the sender. Before anything that may block it (a read the buffer cannot
+// satisfy, a wait for a slot) it goes idle (recvIdle) and wakes the sender
+// once, and the whole burst is answered with one gathered write. While it
+// is idle every completion wakes the sender itself. A burst is bounded by
+// Options.ReadBufferSize, so no completion waits long.
+//
+// In-capsule data that is already in the read buffer (and has no data
+// digest to check) is not copied into the slot buffer when the core
+// executes the command inline (SQ.ExecutesInline): it is lent in place for
+// the duration of Execute and consumed afterwards.
+//
 // # Receive state machine
 //
 //	          ┌──────────────── recvPDU ◀──────────────┐

@@ -95,6 +95,13 @@ func FuzzPDUStream(f *testing.F) {
 	dseed.Write(hd.h2cData(write.CID(), 32, 0, make([]byte, 4096), true))
 	f.Add(dseed.Bytes(), uint8(3))
 	f.Add([]byte{0x02, 0, 24, 0, 24, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, uint8(0))
+	// In-capsule writes lent in place to an inline core (dgst bit 2).
+	icd := rwCmd(h, nvme.IOWrite, 0, 2, nvme.SGLDataBlockOffset)
+	var lseed bytes.Buffer
+	lseed.Write(h.capsule(&connect, make([]byte, nvme.ConnectDataSize)))
+	lseed.Write(h.capsule(&icd, make([]byte, 1024)))
+	lseed.Write(h.capsule(&read, nil))
+	f.Add(lseed.Bytes(), uint8(4))
 	f.Fuzz(func(t *testing.T, stream []byte, dgst uint8) {
 		var icreq [nvme.ICReqSize]byte
 		nvme.ICReq{DGST: dgst & 3}.Encode(icreq[:])
@@ -102,7 +109,7 @@ func FuzzPDUStream(f *testing.F) {
 		opts := testOptions()
 		opts.ReadBufferSize = 4096
 		opts.EnsureDefaults()
-		src := newCoreSource(func(c *fakeCore) { c.diskSize = 64 << 10 })
+		src := newCoreSource(func(c *fakeCore) { c.diskSize, c.lend = 64<<10, dgst&4 != 0 })
 		q := newQueue(conn, src.factory, &opts)
 		done := make(chan struct{})
 		go func() {

@@ -40,6 +40,10 @@ type fakeCore struct {
 	icdLimit int  // I/O queue in-capsule limit (default 4096)
 	mts      int  // I/O queue max transfer (default 256 KiB)
 	async    bool // Execute completes on another goroutine
+	mixed    bool // every other Execute completes on another goroutine
+	// lend makes ExecutesInline report true for I/O commands that Execute
+	// completes inline (neither async nor mixed nor held).
+	lend     bool
 	diskSize uint64
 	// hold, when set, blocks every Execute until the channel is closed.
 	hold atomic.Pointer[chan struct{}]
@@ -54,10 +58,13 @@ type fakeCore struct {
 	size      atomic.Int32
 	released  atomic.Int32
 	executed  atomic.Int32
-	inits     atomic.Int32
-	running   sync.WaitGroup // async executions
-	disk      []byte
-	diskMu    sync.Mutex
+	// lentWrites counts writes whose data was lent in place (Data has no
+	// room beyond the transfer, unlike a slot buffer).
+	lentWrites atomic.Int32
+	inits      atomic.Int32
+	running    sync.WaitGroup // async executions
+	disk       []byte
+	diskMu     sync.Mutex
 }
 
 func newFakeCore() *fakeCore {
@@ -137,10 +144,10 @@ func (c *fakeCore) Init(r *target.Request) bool {
 }
 
 func (c *fakeCore) Execute(r *target.Request) {
-	c.executed.Add(1)
+	n := c.executed.Add(1)
 	c.pending.CompareAndSwap(r, nil)
 	hold := c.hold.Load()
-	if !c.async && hold == nil {
+	if !c.async && hold == nil && (!c.mixed || n%2 == 1) {
 		c.execute(r)
 		return
 	}
@@ -152,6 +159,10 @@ func (c *fakeCore) Execute(r *target.Request) {
 		}
 		c.execute(r)
 	}()
+}
+
+func (c *fakeCore) ExecutesInline(r *target.Request) bool {
+	return c.lend && !c.async && !c.mixed && c.hold.Load() == nil && r.Cmd.Opcode() != nvme.OpcodeFabrics
 }
 
 func (c *fakeCore) execute(r *target.Request) {
@@ -177,6 +188,9 @@ func (c *fakeCore) execute(r *target.Request) {
 			c.disk = make([]byte, c.diskSize)
 		}
 		if op == nvme.IOWrite {
+			if cap(r.Data) == int(r.TransferLen) {
+				c.lentWrites.Add(1) // the transport lent its read buffer
+			}
 			copy(c.disk[off:], r.Data[:r.TransferLen])
 		} else {
 			copy(r.Data[:r.TransferLen], c.disk[off:])

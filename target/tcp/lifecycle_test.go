@@ -18,10 +18,25 @@ import (
 
 // Checklist §7 #9: a queue holds SQSIZE+1 commands at once; CIDs are
 // reused right after completion. 128 pipelined commands (reads and
-// writes) on a queue of SQSIZE 127 all complete, each exactly once.
+// writes) on a queue of SQSIZE 127 all complete, each exactly once,
+// whether the core completes them on other goroutines, inline in Execute
+// (while the receiver is busy and the sender's wake-up deferred), or both.
 func TestPipelines128Commands(t *testing.T) {
+	for _, mode := range []struct {
+		name      string
+		configure func(*fakeCore)
+	}{
+		{"async", func(c *fakeCore) { c.async = true }},
+		{"inline", func(c *fakeCore) { c.lend = true }},
+		{"mixed", func(c *fakeCore) { c.mixed = true }},
+	} {
+		t.Run(mode.name, func(t *testing.T) { testPipelines128Commands(t, mode.configure) })
+	}
+}
+
+func testPipelines128Commands(t *testing.T, configure func(*fakeCore)) {
 	checkNoGoroutineLeaks(t)
-	s := startServer(t, testOptions(), func(c *fakeCore) { c.async = true })
+	s := startServer(t, testOptions(), configure)
 	h, _ := s.dial(t)
 	h.icreq(nvme.DigestHeader)
 	h.connect(1, 127, 0)

@@ -24,8 +24,12 @@ const (
 	// DefaultICReqTimeout is how long a new connection may take to send
 	// its ICReq: the Linux host itself waits 10 s for the ICResp.
 	DefaultICReqTimeout = 10 * time.Second
-	// DefaultReadBufferSize sizes the per-connection bufio.Reader.
-	DefaultReadBufferSize = 64 << 10
+	// DefaultReadBufferSize sizes the per-connection bufio.Reader: room
+	// for a burst of 32 capsules with 4 KiB of in-capsule data and more,
+	// so that one read takes a whole burst and one gathered write answers
+	// it (the sender is woken each time the buffer runs dry). Small next
+	// to the slots' data buffers (MDTS each).
+	DefaultReadBufferSize = 256 << 10
 	// DefaultDrainTimeout bounds how long a closing connection waits for
 	// its last responses to be written before the socket is closed.
 	DefaultDrainTimeout = 5 * time.Second

@@ -24,6 +24,10 @@ type queueCore interface {
 	// Execute runs r; it ends in exactly one QueueResponse, possibly on
 	// another goroutine.
 	Execute(r *target.Request)
+	// ExecutesInline reports whether Execute(r) completes r before it
+	// returns, without keeping r.Data: in-capsule data may then be lent
+	// to it in place, from the read buffer.
+	ExecutesInline(r *target.Request) bool
 	// Release tells the core the connection is gone. Idempotent.
 	Release()
 	QID() uint16
@@ -84,6 +88,7 @@ type queue struct {
 	params   headerParams
 	cur      *slot  // slot receiving the current PDU's data
 	dst      []byte // where the current PDU's data goes
+	lent     []byte // in-capsule data left in br for the command being started
 	free     []*slot
 	grown    bool // slots resized after Connect
 
@@ -107,6 +112,12 @@ type queue struct {
 		term       []byte
 		closed     bool // teardown done: drop late responses
 	}
+	// recvBusy is set while the receive goroutine works through input it
+	// has already read. Completions queued meanwhile (often by the
+	// receiver itself, executing inline) do not wake the sender: the
+	// receiver does, once, before it can next block (recvIdle), so that
+	// one wake-up and one gathered write serve a whole burst of commands.
+	recvBusy     atomic.Bool
 	respReady    chan struct{} // capacity 1: the send list is non-empty
 	slotReleased chan struct{} // capacity 1: mu.released is non-empty
 	handshaken   chan struct{} // closed when the ICReq is accepted, before the ICResp
@@ -231,7 +242,9 @@ func (q *queue) QueueResponse(r *target.Request) {
 			return
 		case slotR2TQueued:
 			// Completed before its data arrived (not done by target.SQ):
-			// wait for the sender to finish with the slot's R2T.
+			// wait for the sender to finish with the slot's R2T, waking
+			// it in case the R2T's push was deferred (recvBusy).
+			notify(q.respReady)
 			runtime.Gosched()
 		case slotFree:
 			if q.down.Load() {
@@ -271,7 +284,8 @@ func (q *queue) slotOf(r *target.Request) *slot {
 	return t.slots[r.Slot]
 }
 
-// push links s into the send list and wakes the sender.
+// push links s into the send list and wakes the sender, unless the
+// receiver is busy and will wake it before it blocks (recvIdle).
 func (q *queue) push(s *slot) {
 	q.mu.Lock()
 	if q.mu.closed {
@@ -286,7 +300,25 @@ func (q *queue) push(s *slot) {
 	}
 	q.mu.tail = s
 	q.mu.Unlock()
-	notify(q.respReady)
+	// Pairs with recvIdle: either it finds s on the list, or this load
+	// sees its store of false.
+	if !q.recvBusy.Load() {
+		notify(q.respReady)
+	}
+}
+
+// recvIdle is called by the receive goroutine before anything that may
+// block it (a socket read, a wait for a slot): from then on completions
+// wake the sender themselves, and what was queued while the receiver was
+// busy is handed to the sender now.
+func (q *queue) recvIdle() {
+	q.recvBusy.Store(false)
+	q.mu.Lock()
+	pending := q.mu.head != nil
+	q.mu.Unlock()
+	if pending {
+		notify(q.respReady)
+	}
 }
 
 // release returns written slots to the receiver.
@@ -323,11 +355,15 @@ func (q *queue) acquireSlot() (*slot, error) {
 			q.inflight.Add(1)
 			return s, nil
 		}
+		// The busy slots are being written or wait for the sender: make
+		// sure it is awake.
+		q.recvIdle()
 		select {
 		case <-q.slotReleased:
 		case <-q.closing:
 			return nil, ErrQueueClosed
 		}
+		q.recvBusy.Store(true)
 	}
 }
 

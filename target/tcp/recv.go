@@ -120,9 +120,36 @@ func (q *queue) fail(v violation, offending []byte) error {
 	return nil
 }
 
+// readFull reads len(p) bytes of the stream. A read the buffer cannot
+// satisfy may block, so the receiver first goes idle (recvIdle); once it
+// returns, the receiver is busy again and completions stop waking the
+// sender until the next recvIdle.
+func (q *queue) readFull(p []byte) error {
+	if q.br.Buffered() >= len(p) {
+		_, err := io.ReadFull(q.br, p)
+		return err
+	}
+	q.recvIdle()
+	_, err := io.ReadFull(q.br, p)
+	q.recvBusy.Store(true)
+	return err
+}
+
+// discard skips n bytes of the stream, going idle first as readFull does.
+func (q *queue) discard(n int) error {
+	if q.br.Buffered() >= n {
+		_, err := q.br.Discard(n)
+		return err
+	}
+	q.recvIdle()
+	_, err := q.br.Discard(n)
+	q.recvBusy.Store(true)
+	return err
+}
+
 // receivePDU reads one PDU header (recvPDU) and dispatches it.
 func (q *queue) receivePDU() error {
-	if _, err := io.ReadFull(q.br, q.hdr[:nvme.CommonHeaderSize]); err != nil {
+	if err := q.readFull(q.hdr[:nvme.CommonHeaderSize]); err != nil {
 		return err
 	}
 	if !q.grown {
@@ -139,7 +166,7 @@ func (q *queue) receivePDU() error {
 	if l.hdgst {
 		end += nvme.DigestSize
 	}
-	if _, err := io.ReadFull(q.br, q.hdr[nvme.CommonHeaderSize:end]); err != nil {
+	if err := q.readFull(q.hdr[nvme.CommonHeaderSize:end]); err != nil {
 		return err
 	}
 	// NVMe/TCP 1.0 §3.6.3: a header digest error is fatal (FES 03h).
@@ -147,7 +174,7 @@ func (q *queue) receivePDU() error {
 		return q.fail(violation{fes: nvme.FESHeaderDigestError, reason: fmt.Sprintf("%v header digest mismatch", q.ch.Type)}, q.hdr[:n])
 	}
 	if l.padLen > 0 {
-		if _, err := q.br.Discard(l.padLen); err != nil {
+		if err := q.discard(l.padLen); err != nil {
 			return err
 		}
 	}
@@ -164,7 +191,7 @@ func (q *queue) receivePDU() error {
 
 // receiveData reads the current PDU's data (recvData).
 func (q *queue) receiveData() error {
-	if _, err := io.ReadFull(q.br, q.dst); err != nil {
+	if err := q.readFull(q.dst); err != nil {
 		return err
 	}
 	if q.layout.ddgst {
@@ -181,7 +208,7 @@ func (q *queue) receiveData() error {
 // reconnects and reissues the command. (Current SPDK instead fails the
 // command with Transient Transport Error.)
 func (q *queue) receiveDDGST() error {
-	if _, err := io.ReadFull(q.br, q.ddgstBuf[:]); err != nil {
+	if err := q.readFull(q.ddgstBuf[:]); err != nil {
 		return err
 	}
 	if nvme.GetDigest(q.ddgstBuf[:]) != nvme.Digest(q.dst) {
@@ -237,11 +264,15 @@ func (q *queue) receiveCapsule() error {
 	r := &s.req
 	copy(r.Cmd[:], sqe)
 	r.Cpl = nvme.Completion{}
+	r.Data = s.buf // not a buffer lent the last time (startLent)
 	r.Dir, r.TransferLen, r.DataLen = target.DirNone, 0, 0
 	s.local, s.icdLen, s.h2cOffset = false, q.layout.dataLen, 0
-	if s.icdLen == 0 {
+	switch {
+	case s.icdLen == 0:
 		q.startCommand(s)
 		return nil
+	case !q.layout.ddgst && q.br.Buffered() >= int(s.icdLen):
+		return q.startLent(s)
 	}
 	// The header check bounded dataLen by maxICD, which never exceeds
 	// the buffer size.
@@ -249,6 +280,36 @@ func (q *queue) receiveCapsule() error {
 	q.cur, q.dst = s, s.buf[:s.icdLen]
 	q.rstate = recvData
 	return nil
+}
+
+// startLent starts a command whose in-capsule data (without a digest to
+// check) is already in the read buffer. The data stays there while the
+// command starts (startCommand places it, see placeLent) and is consumed
+// afterwards, which saves a copy when the core executes it inline.
+func (q *queue) startLent(s *slot) error {
+	data, err := q.br.Peek(int(s.icdLen))
+	if err != nil {
+		return err // cannot happen: the caller checked Buffered
+	}
+	q.lent = data[:len(data):len(data)]
+	q.startCommand(s)
+	q.lent = nil
+	_, err = q.br.Discard(len(data))
+	return err
+}
+
+// placeLent puts the lent in-capsule data of s, if any, where Execute reads
+// it: lent in place when the core executes the command inline (it is done
+// with the data when Execute returns, before startLent consumes it), copied
+// into the slot buffer otherwise.
+func (q *queue) placeLent(s *slot) {
+	switch {
+	case q.lent == nil:
+	case q.core.ExecutesInline(&s.req):
+		s.req.Data = q.lent
+	default:
+		copy(s.buf, q.lent)
+	}
 }
 
 // startCommand runs the transport checks and hands the command to the core:
@@ -282,6 +343,7 @@ func (q *queue) startCommand(s *slot) {
 		q.push(s)
 		return
 	}
+	q.placeLent(s)
 	q.core.Execute(r)
 }
 
@@ -331,7 +393,7 @@ func (q *queue) receiveH2CData() error {
 // given up on it. Nothing is sent back.
 func (q *queue) receiveTermReq() error {
 	tr := nvme.DecodeTermReq(q.hdr[:])
-	if _, err := q.br.Discard(int(q.layout.dataLen)); err != nil {
+	if err := q.discard(int(q.layout.dataLen)); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: FES %#x (%v), FEI %d", ErrHostTerminated, uint16(tr.FES), tr.FES, tr.FEI)

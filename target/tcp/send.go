@@ -35,6 +35,9 @@ type sender struct {
 	// dead is set once nothing more may be written: a write failed or a
 	// C2HTermReq was sent.
 	dead bool
+	// writes counts the gathered writes issued (read by tests once the
+	// sender has exited).
+	writes int
 
 	// Negotiated at ICReq time.
 	hdgst, ddgst bool
@@ -266,6 +269,7 @@ func (w *sender) header(n int) []byte {
 // written, but slots are still released.
 func (w *sender) flush() {
 	if len(w.iov) > 0 && !w.dead {
+		w.writes++
 		if _, err := w.iov.WriteTo(w.q.conn); err != nil {
 			w.dead = true
 			w.q.log.Debug("nvme/tcp: write failed", "err", err)

@@ -61,14 +61,17 @@ func (x *xorshift) next() uint64 {
 	return uint64(*x)
 }
 
-// drive keeps qd I/Os in flight until b.N have completed and reports IOPS.
-// After each wake-up it collects every ready completion and resubmits them
-// together, so both engines get the same chance to batch.
+// drive keeps qd I/Os in flight until b.N have completed and reports IOPS
+// and cpu-ns/op, the CPU time of the whole process (host and server, user
+// and system) per I/O: unlike IOPS it hardly depends on what else the
+// machine runs. After each wake-up it collects every ready completion and
+// resubmits them together, so both engines get the same chance to batch.
 func drive(b *testing.B, e engine, qd int) {
 	rng := xorshift(0x9E3779B97F4A7C15)
 	b.SetBytes(blockSize)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU()
 	submitted, completed := 0, 0
 	for slot := 0; slot < qd && submitted < b.N; slot++ {
 		if err := e.submit(slot, rng.next()%volumeBlocs); err != nil {
@@ -104,4 +107,7 @@ func drive(b *testing.B, e engine, qd int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
+	if cpu := processCPU() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	}
 }
