@@ -1,37 +1,176 @@
 #!/usr/bin/env bash
-# make run: starts a local Basalt node serving one 4 GiB thin volume over
-# NVMe/TCP and prints the nvme-cli commands to attach it. Stays in the
-# foreground; Ctrl-C stops it cleanly; running it again finds the data where
-# it was left (state lives in $RUN_DIR, default ./.basalt).
+# make run: starts a 3-node Basalt cluster on this machine (loopback), creates
+# a 4 GiB thin volume replicated on all three nodes and prints how to attach
+# it. Stays in the foreground; Ctrl-C stops the three nodes cleanly; running
+# it again finds the volume and its data where they were left.
+#
+#   node   NVMe/TCP   API + /metrics   Raft
+#   1      4420       9420             9520
+#   2      4421       9421             9521
+#   3      4422       9422             9522
+#
+# State lives in $RUN_DIR (default ./.basalt): each node's metadata and
+# file-backed drives. Write buffers and Raft logs live on tmpfs (/dev/shm):
+# fast, and honest that they do not survive a reboot of this machine.
+#
+# Environment:
+#   BASALT_ADVERTISE_HOST  address hosts use to reach the nodes, put in the
+#                          discovery logs (default 127.0.0.1). A qemu guest
+#                          with user networking reaches this machine as
+#                          10.0.2.2: BASALT_ADVERTISE_HOST=10.0.2.2 make run
+#                          makes `nvme connect-all` work from the guest.
+#                          (BASALT_ADVERTISE=HOST[:PORT] is accepted too.)
+#   BASALT_LISTEN_HOST     address the NVMe listeners bind (default 0.0.0.0)
+#   BASALT_VOLUME          volume name (default vol1); BASALT_VOLUME_SIZE (4GiB)
+#   BASALT_STORE=0         keep replicas as plain files instead of the
+#                          log-structured store
+#   BASALT_LOG_LEVEL       debug, info (default), warn, error
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-$PWD/.basalt}
 BIN=${BIN:-bin}
-PORT=${BASALT_PORT:-4420}
-LISTEN=${BASALT_LISTEN:-0.0.0.0:$PORT}
-# Hosts on this machine use 127.0.0.1; a host in a qemu VM with user-mode
-# networking reaches this machine as 10.0.2.2: BASALT_ADVERTISE=10.0.2.2:4420.
-ADVERTISE=${BASALT_ADVERTISE:-127.0.0.1:$PORT}
-mkdir -p "$RUN_DIR"
-cfg=$RUN_DIR/node1.toml
-cat >"$cfg" <<CFG
+ADV=${BASALT_ADVERTISE_HOST:-${BASALT_ADVERTISE:-127.0.0.1}}
+ADV=${ADV%:*}
+LISTEN=${BASALT_LISTEN_HOST:-0.0.0.0}
+VOLUME=${BASALT_VOLUME:-vol1}
+VOLUME_SIZE=${BASALT_VOLUME_SIZE:-4GiB}
+USE_STORE=${BASALT_STORE:-1}
+LEVEL=${BASALT_LOG_LEVEL:-info}
+SHM=/dev/shm
+[ -d "$SHM" ] && [ -w "$SHM" ] || SHM=$RUN_DIR/shm
+tag=$(printf %s "$RUN_DIR" | cksum | cut -d' ' -f1)
+API=http://127.0.0.1:9420
+ctl() { "$BIN/basaltctl" --api "$API" "$@"; }
+
+for b in basaltd basaltctl; do
+	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: run 'make build' (or 'make run')" >&2; exit 1; }
+done
+mkdir -p "$RUN_DIR" "$SHM"
+
+peers() {
+	for j in 1 2 3; do
+		cat <<PEER
+  [[cluster.peer]]
+  id = $j
+  name = "node$j"
+  raft = "127.0.0.1:$((9519 + j))"
+  nvme = "$ADV:$((4419 + j))"
+  api = "127.0.0.1:$((9419 + j))"
+PEER
+	done
+}
+
+write_config() {
+	local i=$1 dir=$RUN_DIR/node$1
+	mkdir -p "$dir"
+	{
+		cat <<CFG
+# Written by scripts/run.sh; rewritten on every run.
 [node]
-name = "node1"
+name = "node$i"
+data_dir = "$dir"
 
 [nvme]
-listen = "$LISTEN"
-advertise = "$ADVERTISE"
-port_id = 1
+listen = "$LISTEN:$((4419 + i))"
+advertise = "$ADV:$((4419 + i))"
 
-[[subsystem]]
-nqn = "nqn.2026-11.io.basalt:vol1"
-allow_any_host = true
-  [[subsystem.namespace]]
-  nsid = 1
-  backend = "file"
-  path = "$RUN_DIR/node1-vol1.img"
-  size = "4GiB"
-  block_size = 4096
+[log]
+level = "$LEVEL"
+
+[cluster]
+node_id = $i
+raft_listen = "127.0.0.1:$((9519 + i))"
+api_listen = "127.0.0.1:$((9419 + i))"
+bootstrap = true
 CFG
-echo "basalt: config $cfg, data in $RUN_DIR (Ctrl-C to stop)"
-exec "$BIN/basaltd" --config "$cfg"
+		peers
+		if [ "$USE_STORE" != 0 ]; then
+			cat <<CFG
+
+[store]
+drives = ["$dir/drive0", "$dir/drive1", "$dir/drive2"]
+drive_size = "4GiB"
+buffer = "$SHM/basalt-$tag-node$i.wbuf"
+buffer_size = "256MiB"
+parity = 1
+CFG
+		fi
+		cat <<CFG
+
+[raft_log]
+path = "$SHM/basalt-$tag-node$i.raft"
+size = "256MiB"
+CFG
+	} >"$dir/basaltd.toml"
+}
+
+pids=()
+stop() {
+	trap - INT TERM
+	echo
+	echo "basalt: stopping the cluster..."
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	echo "basalt: stopped; state kept in $RUN_DIR"
+	exit 0
+}
+trap stop INT TERM
+
+for i in 1 2 3; do
+	write_config "$i"
+	# setsid: a terminal's Ctrl-C reaches this script only; stop() then
+	# sends each node one SIGTERM.
+	setsid "$BIN/basaltd" --config "$RUN_DIR/node$i/basaltd.toml" 2>"$RUN_DIR/node$i.log" &
+	pids+=($!)
+done
+echo "basalt: 3 nodes starting (logs: $RUN_DIR/node{1,2,3}.log)"
+
+ready=
+for _ in $(seq 1 120); do
+	for p in "${pids[@]}"; do
+		kill -0 "$p" 2>/dev/null || { echo "run.sh: a node exited; see $RUN_DIR/node*.log" >&2; tail -n 20 "$RUN_DIR"/node*.log >&2; stop; }
+	done
+	if ctl -o json cluster status 2>/dev/null | grep -q '"nodes_up": 3' &&
+		ctl -o json node list 2>/dev/null | grep -q '"state": "active"' &&
+		[ "$(ctl -o json node list 2>/dev/null | grep -c '"state": "active"')" = 3 ]; then
+		ready=1
+		break
+	fi
+	sleep 0.5
+done
+[ -n "$ready" ] || { echo "run.sh: the cluster did not come up in 60 s; see $RUN_DIR/node*.log" >&2; stop; }
+
+if ctl volume show "$VOLUME" >/dev/null 2>&1; then
+	echo "basalt: reusing volume $VOLUME (its data is where you left it)"
+else
+	ctl volume create "$VOLUME" --size "$VOLUME_SIZE" --rf 3 >/dev/null
+	echo "basalt: created volume $VOLUME ($VOLUME_SIZE, replicated on 3 nodes)"
+fi
+for _ in $(seq 1 60); do
+	ctl -o json volume show "$VOLUME" 2>/dev/null | grep -q '"health": "healthy"' && break
+	sleep 0.5
+done
+echo
+ctl volume show "$VOLUME"
+echo
+if [ "$ADV" = 10.0.2.2 ]; then
+	echo "The nodes advertise 10.0.2.2: the commands above are for a qemu guest (user networking)."
+else
+	echo "From a qemu guest (user networking reaches this machine as 10.0.2.2):"
+	ctl volume show "$VOLUME" --via 10.0.2.2 | sed -n '/^Attach from/,$p' | tail -n +2 | grep -v '^  (\|^   start the nodes'
+	echo "  (for connect-all from the guest, start with: BASALT_ADVERTISE_HOST=10.0.2.2 make run)"
+fi
+echo
+echo "Manage it with: $BIN/basaltctl --api $API (cluster status | node list | volume list | volume show $VOLUME)"
+echo "Metrics: curl -s $API/metrics | grep ^basalt_"
+echo "basalt: running; Ctrl-C stops all three nodes."
+while :; do
+	for p in "${pids[@]}"; do
+		if ! kill -0 "$p" 2>/dev/null; then
+			echo "run.sh: node with pid $p exited; see $RUN_DIR/node*.log" >&2
+			stop
+		fi
+	done
+	sleep 1 &
+	wait $! || true
+done

@@ -1,5 +1,7 @@
-// Command basaltd is the Basalt storage node daemon: it serves the volumes its
-// configuration names over NVMe/TCP.
+// Command basaltd is the Basalt storage node daemon. A single node serves
+// the volumes its configuration names over NVMe/TCP; a cluster node (a
+// [cluster] section) serves the replicas the cluster metadata places on it,
+// and the management API and metrics (see basaltctl).
 //
 //	basaltd --config /etc/basalt/basaltd.toml [--listen ADDR] [--advertise ADDR] [--log-level LEVEL]
 //
@@ -52,10 +54,18 @@ func run() int {
 		log.Error("start failed", "err", err)
 		return 1
 	}
-	printConnectHints(cfg)
+	if cfg.Cluster != nil {
+		fmt.Fprintf(os.Stderr, "\nbasaltd: node %d of %d, API on %s: basaltctl --api http://%s cluster status\n\n",
+			cfg.Cluster.NodeID, len(cfg.Cluster.Peers), n.APIAddr(), n.APIAddr())
+	} else {
+		printConnectHints(cfg)
+	}
+	// A second signal during the shutdown (a terminal's Ctrl-C reaches the
+	// whole process group, and scripts send SIGTERM too) is ignored: the
+	// shutdown is bounded below anyway.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	<-ctx.Done()
-	stop()
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

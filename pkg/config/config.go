@@ -23,6 +23,10 @@
 //	  size = "4GiB"
 //	  block_size = 4096
 //	  uuid = ""                    # optional; derived from the NQN and NSID if empty
+//
+// A cluster node has a [cluster] section instead of [[subsystem]]s: its
+// volumes come from the cluster metadata (see cluster.go for the schema,
+// and scripts/run.sh for a complete 3-node example).
 package config
 
 import (
@@ -42,12 +46,25 @@ type Config struct {
 	NVMe       NVMe        `toml:"nvme"`
 	Subsystems []Subsystem `toml:"subsystem"`
 	Log        Log         `toml:"log"`
+	// Cluster, when present, makes this node a member of a cluster; its
+	// volumes then come from the cluster metadata, not from Subsystems.
+	Cluster *Cluster `toml:"cluster"`
+	// Store, when present, keeps volume replicas in the log-structured
+	// store; otherwise a cluster node keeps them as files in Node.DataDir.
+	Store *Store `toml:"store"`
+	// RaftLog is the persistent-memory region of the Raft logs (cluster
+	// nodes only).
+	RaftLog RaftLog `toml:"raft_log"`
 }
 
 // Node identifies this node.
 type Node struct {
-	// Name is a human-readable node name used in logs. Default "basalt".
+	// Name is a human-readable node name used in logs. Default "basalt"
+	// (in a cluster: the name of this node's peer entry, or "node<id>").
 	Name string `toml:"name"`
+	// DataDir holds a cluster node's metadata (badger) and, without a
+	// [store], its volume replicas as files. Required in a cluster.
+	DataDir string `toml:"data_dir"`
 }
 
 // Log configures logging.
@@ -71,7 +88,8 @@ type NVMe struct {
 	// DiscoveryListen optionally binds a second listener (usually :8009).
 	DiscoveryListen string `toml:"discovery_listen"`
 	// CNTLIDMin and CNTLIDMax bound the controller IDs this node hands out;
-	// nodes of one cluster use disjoint ranges. Default 1..0xFFEF.
+	// nodes of one cluster use disjoint ranges. Default 1..0xFFEF; in a
+	// cluster node_id*0x1000+1 .. node_id*0x1000+0xFFF.
 	CNTLIDMin uint16 `toml:"cntlid_min"`
 	CNTLIDMax uint16 `toml:"cntlid_max"`
 }
@@ -151,6 +169,9 @@ func Load(path string) (*Config, error) {
 
 // EnsureDefaults fills unset fields with their documented defaults.
 func (c *Config) EnsureDefaults() {
+	if c.Cluster != nil {
+		c.clusterDefaults()
+	}
 	if c.Node.Name == "" {
 		c.Node.Name = "basalt"
 	}
@@ -214,6 +235,7 @@ func (c *Config) Validate() error {
 	for i, s := range c.Subsystems {
 		errs = append(errs, s.validate(i, seen)...)
 	}
+	errs = append(errs, c.validateCluster()...)
 	return errors.Join(errs...)
 }
 

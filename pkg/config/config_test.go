@@ -3,8 +3,10 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, text string) string {
@@ -83,4 +85,112 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) accepted", bad)
 		}
 	}
+}
+
+const clusterFile = `
+[node]
+data_dir = "/var/lib/basalt"
+[cluster]
+node_id = 2
+  [[cluster.peer]]
+  id = 1
+  raft = "10.0.0.1:9520"
+  nvme = "10.0.0.1:4420"
+  api = "10.0.0.1:9420"
+  [[cluster.peer]]
+  id = 2
+  name = "beta"
+  raft = "10.0.0.2:9520"
+  nvme = "10.0.0.2:4420"
+  api = "10.0.0.2:9420"
+[store]
+drives = ["/dev/nvme0n1", "/dev/nvme1n1", "/dev/nvme2n1"]
+buffer = "/mnt/pmem/wbuf"
+buffer_size = "1GiB"
+`
+
+func TestClusterDefaults(t *testing.T) {
+	c, err := Load(write(t, clusterFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := c.Cluster
+	if c.Node.Name != "beta" || c.NVMe.Listen != "10.0.0.2:4420" || c.NVMe.Advertise != "10.0.0.2:4420" {
+		t.Errorf("node %+v nvme %+v", c.Node, c.NVMe)
+	}
+	if c.NVMe.PortID != 2 || c.NVMe.CNTLIDMin != 0x2001 || c.NVMe.CNTLIDMax != 0x2FFF {
+		t.Errorf("port %d cntlid %#x..%#x, want 2 and 0x2001..0x2FFF", c.NVMe.PortID, c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax)
+	}
+	if cl.RaftListen != "10.0.0.2:9520" || cl.APIListen != "10.0.0.2:9420" || !cl.BootstrapEnabled() {
+		t.Errorf("cluster %+v", cl)
+	}
+	if cl.Peers[0].Name != "node1" || cl.Self().Name != "beta" {
+		t.Errorf("peers %+v", cl.Peers)
+	}
+	if c.RaftLog.Path != "/var/lib/basalt/raft.log" || c.RaftLog.Size != 256<<20 || time.Duration(cl.RaftTick) != 50*time.Millisecond {
+		t.Errorf("raft log %+v tick %v", c.RaftLog, cl.RaftTick)
+	}
+	if c.Store.BufferSize != 1<<30 || len(c.Store.Drives) != 3 {
+		t.Errorf("store %+v", c.Store)
+	}
+}
+
+func TestClusterValidation(t *testing.T) {
+	tests := []struct {
+		name, edit string
+		want       []string
+	}{
+		{"no data dir", `s/data_dir = .*//`, []string{"data_dir is required"}},
+		{"node id out of range", `s/node_id = 2/node_id = 15/`, []string{"node_id 15", "no entry for this node"}},
+		{"self missing", `s/node_id = 2/node_id = 3/`, []string{"no entry for this node (id 3)"}},
+		{"duplicate peer", `s/id = 1/id = 2/`, []string{"unique id"}},
+		{"wildcard peer", `s/nvme = "10.0.0.1:4420"/nvme = "0.0.0.0:4420"/`, []string{"not a wildcard"}},
+		{"bad peer address", `s/api = "10.0.0.1:9420"/api = "nowhere"/`, []string{"api \"nowhere\""}},
+		{"port id", `s/\[cluster\]/[nvme]\nport_id = 7\n[cluster]/`, []string{"port ID is the node ID"}},
+		{"ticks", `s/node_id = 2/node_id = 2\nelection_ticks = 1\nheartbeat_ticks = 2/`, []string{"election_ticks > heartbeat_ticks"}},
+		{"bad tick", `s/node_id = 2/node_id = 2\nraft_tick = "soon"/`, []string{"duration \"soon\""}},
+		{"store without buffer", `s/buffer = .*//`, []string{"[store] needs drives, buffer"}},
+		{"store gc", `s/buffer_size = "1GiB"/buffer_size = "1GiB"\ngc_policy = "lazy"/`, []string{"gc_policy \"lazy\""}},
+		{"subsystems in a cluster", `s/\[cluster\]/[[subsystem]]\nnqn = "nqn.x:y"\nallow_any_host = true\n[cluster]/`, []string{"cannot be used with [cluster]"}},
+		{"tiny raft log", `s/\[store\]/[raft_log]\nsize = "4KiB"\n[store]/`, []string{"raft_log.size"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := sed(t, clusterFile, tt.edit)
+			_, err := Load(write(t, text))
+			if err == nil {
+				t.Fatalf("accepted:\n%s", text)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestStoreNeedsCluster(t *testing.T) {
+	_, err := Load(write(t, "[store]\ndrives = [\"/d\"]\nbuffer = \"/b\"\nbuffer_size = \"1MiB\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "[store] needs a [cluster]") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestBootstrapCanBeTurnedOff(t *testing.T) {
+	c, err := Load(write(t, strings.Replace(clusterFile, "node_id = 2", "node_id = 2\nbootstrap = false", 1)))
+	if err != nil || c.Cluster.BootstrapEnabled() {
+		t.Fatalf("err %v, bootstrap %v", err, c != nil && c.Cluster.BootstrapEnabled())
+	}
+}
+
+// sed applies one s/old/new/ (old a regexp; \n in new is a newline).
+func sed(t *testing.T, text, expr string) string {
+	t.Helper()
+	parts := strings.Split(expr, "/")
+	if len(parts) != 4 || parts[0] != "s" {
+		t.Fatalf("bad sed expression %q", expr)
+	}
+	re := regexp.MustCompile(parts[1])
+	return re.ReplaceAllLiteralString(text, strings.ReplaceAll(parts[2], `\n`, "\n"))
 }

@@ -1,6 +1,14 @@
-// Package node assembles one Basalt storage node from its configuration: the
-// namespaces' backends, the NVMe target with its subsystems, and the NVMe/TCP
-// listeners. cmd/basaltd is a thin main around it.
+// Package node assembles one Basalt storage node from its configuration.
+// cmd/basaltd is a thin main around it.
+//
+// A single node (no [cluster] section) serves the [[subsystem]]s of its
+// file: their backends, the NVMe target and the NVMe/TCP listeners.
+//
+// A cluster node (cluster.go) opens its metadata store (badger), its
+// log-structured store when [store] is configured, the persistent-memory
+// region of its Raft logs, the Raft host, the NVMe target with its port
+// (port ID and controller-ID range from the node ID), the cluster
+// membership with its reconciler, and the HTTP API with /metrics.
 package node
 
 import (
@@ -28,11 +36,16 @@ type Node struct {
 	listeners []*tcp.Listener
 	backends  []backend.Backend
 	serveErr  chan error
+	// cl is the cluster part; nil on a single node.
+	cl *clusterParts
 }
 
 // Start opens every namespace's backend, builds the target and starts serving.
 // On error everything opened so far is closed again.
 func Start(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
+	if cfg.Cluster != nil {
+		return startCluster(cfg, log)
+	}
 	n = &Node{cfg: cfg, log: log, serveErr: make(chan error, 2)}
 	defer func() {
 		if err != nil {
@@ -157,8 +170,12 @@ func (n *Node) Target() *target.Target { return n.target }
 
 // Shutdown stops accepting connections, closes the existing ones gracefully
 // (bounded by ctx), then closes the target and the backends (flushing them).
+// A cluster node also stops its API, its Raft groups and its stores.
 func (n *Node) Shutdown(ctx context.Context) error {
 	var errs []error
+	if n.cl != nil {
+		errs = append(errs, n.cl.shutdownAPI(ctx))
+	}
 	for _, l := range n.listeners {
 		if err := l.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
@@ -172,11 +189,22 @@ func (n *Node) Shutdown(ctx context.Context) error {
 // Close stops everything immediately.
 func (n *Node) Close() error {
 	var errs []error
+	if n.cl != nil {
+		errs = append(errs, n.cl.shutdownAPI(context.Background()))
+	}
 	for _, l := range n.listeners {
 		errs = append(errs, l.Close())
 	}
+	n.listeners = nil
+	if n.cl != nil {
+		errs = append(errs, n.cl.close())
+	}
 	if n.target != nil {
 		errs = append(errs, n.target.Close())
+	}
+	if n.cl != nil {
+		errs = append(errs, n.cl.closeStorage())
+		n.cl = nil
 	}
 	for _, b := range n.backends {
 		errs = append(errs, b.Flush(context.Background()), b.Close())

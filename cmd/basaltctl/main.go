@@ -1,0 +1,176 @@
+// Command basaltctl manages a Basalt cluster through any node's HTTP API.
+// Its verbs mirror the API:
+//
+//	basaltctl [--api URL] [-o table|json] cluster status
+//	basaltctl node list
+//	basaltctl volume create NAME --size 4GiB [--rf 3] [--host NQN ...]
+//	basaltctl volume list | show NAME [--via HOST] | delete NAME | resize NAME --size SIZE
+//	basaltctl host add VOLUME NQN | host remove VOLUME NQN
+//
+// --api defaults to $BASALT_API, else http://127.0.0.1:9420. Errors go to
+// stderr with what to do about them; the exit status is 1 for an error
+// from the cluster, 2 for a usage error, 3 when the API is unreachable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"basalt/pkg/api"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// options are the global flags.
+type options struct {
+	api     string
+	output  string
+	timeout time.Duration
+	out     io.Writer
+}
+
+func (o *options) client() *api.Client { return api.NewClient(o.api) }
+
+func (o *options) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), o.timeout)
+}
+
+// usageError marks errors in the command line.
+type usageError struct{ error }
+
+// run executes the command line and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	o := &options{out: stdout}
+	root := newRoot(o)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ae *api.Error
+	var ue *url.Error
+	switch {
+	case errors.As(err, &ae):
+		fmt.Fprintf(stderr, "basaltctl: %s\n", ae.Message)
+		if ae.Hint != "" {
+			fmt.Fprintf(stderr, "  hint: %s\n", ae.Hint)
+		}
+		return 1
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "basaltctl: %v\n  hint: is a node running? Pass its API address with --api http://HOST:9420 (or set BASALT_API)\n", err)
+		return 3
+	default: // the command line
+		fmt.Fprintf(stderr, "basaltctl: %v\n  hint: see basaltctl --help\n", err)
+		return 2
+	}
+}
+
+func newRoot(o *options) *cobra.Command {
+	def := os.Getenv("BASALT_API")
+	if def == "" {
+		def = "http://127.0.0.1:9420"
+	}
+	root := &cobra.Command{
+		Use:           "basaltctl",
+		Short:         "Manage a Basalt block storage cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if o.output != "table" && o.output != "json" {
+				return usageError{fmt.Errorf("-o %q: want table or json", o.output)}
+			}
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&o.api, "api", def, "API of any node of the cluster (env BASALT_API)")
+	pf.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	pf.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the cluster")
+	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), hostCmd(o))
+	return root
+}
+
+// group returns a command that only holds subcommands: run alone it
+// prints its help, with an unknown subcommand it fails.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	c := &cobra.Command{Use: use, Short: short, Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())}
+			}
+			return cmd.Help()
+		}}
+	c.AddCommand(subs...)
+	return c
+}
+
+// exactArgs is cobra.ExactArgs with a usage error naming the arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != len(names) {
+			return usageError{fmt.Errorf("want %d argument(s): %v; got %d", len(names), names, len(args))}
+		}
+		return nil
+	}
+}
+
+func clusterCmd(o *options) *cobra.Command {
+	return group("cluster", "Cluster-wide status", &cobra.Command{
+		Use: "status", Short: "Show the cluster's health, metadata leader, nodes and volumes", Args: exactArgs(),
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().Cluster(ctx)
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printCluster(w, v) })
+		},
+	})
+}
+
+func nodeCmd(o *options) *cobra.Command {
+	return group("node", "Nodes of the cluster", &cobra.Command{
+		Use: "list", Short: "List the nodes, whether they are up, and what they hold", Args: exactArgs(),
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printNodes(w, v) })
+		},
+	})
+}
+
+func hostCmd(o *options) *cobra.Command {
+	change := func(use, short string, fn func(*api.Client, context.Context, string, string) (api.VolumeView, error)) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " VOLUME NQN", Short: short, Args: exactArgs("VOLUME", "NQN"),
+			RunE: func(_ *cobra.Command, args []string) error {
+				ctx, cancel := o.ctx()
+				defer cancel()
+				v, err := fn(o.client(), ctx, args[0], args[1])
+				if err != nil {
+					return err
+				}
+				return o.print(v, func(w io.Writer) { printVolume(w, v, "") })
+			},
+		}
+	}
+	return group("host", "Hosts allowed to connect to a volume",
+		change("add", "Allow a host NQN (the volume then admits only its listed hosts)", (*api.Client).AddHost),
+		change("remove", "Disallow a host NQN (its connections are closed)", (*api.Client).RemoveHost),
+	)
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"text/tabwriter"
+
+	"basalt/pkg/api"
+	"basalt/pkg/cluster"
+)
+
+// print writes v as JSON with -o json, else as table.
+func (o *options) print(v any, table func(io.Writer)) error {
+	if o.output == "json" {
+		enc := json.NewEncoder(o.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(o.out, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// humanSize writes a byte count in binary units.
+func humanSize(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f, i := float64(n), 0
+	for f >= 1024 && i < len(units)-1 {
+		f, i = f/1024, i+1
+	}
+	if f == float64(int64(f)) {
+		return fmt.Sprintf("%d %s", int64(f), units[i])
+	}
+	return fmt.Sprintf("%.1f %s", f, units[i])
+}
+
+func nodeName(id cluster.NodeID, name string) string {
+	if id == 0 {
+		return "none"
+	}
+	if name == "" {
+		return id.String()
+	}
+	return name
+}
+
+func printCluster(w io.Writer, v api.ClusterView) {
+	fmt.Fprintf(w, "Health:\t%s\n", v.Health)
+	fmt.Fprintf(w, "Metadata leader:\t%s\n", nodeName(v.Leader, v.LeaderName))
+	fmt.Fprintf(w, "Nodes up:\t%d of %d\n", v.NodesUp, v.Nodes)
+	fmt.Fprintf(w, "Volumes healthy:\t%d of %d\n", v.VolumesHealthy, v.Volumes)
+	fmt.Fprintf(w, "Answered by:\t%s (metadata index %d)\n", v.Self, v.Applied)
+	if v.Stale {
+		fmt.Fprintf(w, "Warning:\tthis node could not reach the metadata leader; what it shows may be out of date\n")
+	}
+}
+
+func printNodes(w io.Writer, nodes []api.NodeView) {
+	fmt.Fprintln(w, "ID\tNAME\tUP\tSTATE\tNVME\tAPI\tRAFT\tREPLICAS\tLEADING\tNOTE")
+	for _, n := range nodes {
+		up := "yes"
+		if !n.Up {
+			up = "NO"
+		}
+		note := n.Error
+		if n.MetadataLeader {
+			note = strings.TrimSpace("metadata leader " + note)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Name, up, n.State, n.NVMeAddr, n.APIAddr,
+			n.RaftAddr, n.Replicas, n.Leading, note)
+	}
+}
+
+func printVolumes(w io.Writer, vols []api.VolumeView) {
+	if len(vols) == 0 {
+		fmt.Fprintln(w, "no volumes; create one with: basaltctl volume create NAME --size 4GiB")
+		return
+	}
+	fmt.Fprintln(w, "NAME\tSIZE\tRF\tLEADER\tHEALTH\tHOSTS\tNQN")
+	for _, v := range vols {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Name, sizeText(v), v.RF, nodeName(v.Leader, v.LeaderName),
+			v.Health, hostsText(v), v.NQN)
+	}
+}
+
+func sizeText(v api.VolumeView) string {
+	s := humanSize(v.Size)
+	if v.PendingSize > v.Size {
+		s += " (growing to " + humanSize(v.PendingSize) + ")"
+	}
+	return s
+}
+
+func hostsText(v api.VolumeView) string {
+	switch {
+	case v.AllowAnyHost:
+		return "any"
+	case len(v.Hosts) == 0:
+		return "none"
+	}
+	return strings.Join(v.Hosts, ",")
+}
+
+func printVolume(w io.Writer, v api.VolumeView, via string) {
+	fmt.Fprintf(w, "Volume:\t%s\n", v.Name)
+	fmt.Fprintf(w, "NQN:\t%s\n", v.NQN)
+	fmt.Fprintf(w, "Size:\t%s (%d bytes, %d-byte blocks)\n", sizeText(v), v.Size, v.BlockSize)
+	fmt.Fprintf(w, "Health:\t%s\n", v.Health)
+	fmt.Fprintf(w, "Leader:\t%s\n", nodeName(v.Leader, v.LeaderName))
+	fmt.Fprintf(w, "Replicas:\t%d\n", v.RF)
+	fmt.Fprintf(w, "Hosts:\t%s\n", hostsText(v))
+	fmt.Fprintf(w, "UUID / NGUID:\t%s / %x\n", v.UUID.UUIDString(), v.NGUID[:])
+	fmt.Fprintf(w, "ANA group:\t%d\n", v.ANAGroup)
+	fmt.Fprintf(w, "Created:\t%s\n", v.Created)
+	if v.Note != "" {
+		fmt.Fprintf(w, "Note:\t%s\n", v.Note)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "NODE\tADDRESS\tANA STATE\tRAFT\tAPPLIED\tCONNECTED\tNOTE")
+	for _, p := range v.Paths {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\n", nodeName(p.Node, p.Name), p.NVMeAddr, p.ANAState, p.Role,
+			p.Applied, p.Controllers, p.Error)
+	}
+	c := v.Connect
+	if via != "" {
+		c = rewriteConnect(v, via)
+	}
+	fmt.Fprintln(w)
+	where := "a Linux host"
+	if via != "" {
+		where = "a host that reaches the nodes at " + via
+	}
+	fmt.Fprintf(w, "Attach from %s (modprobe nvme-tcp first):\n", where)
+	fmt.Fprintf(w, "  every path at once:   %s\n", c.ConnectAll)
+	fmt.Fprintf(w, "  list the paths:       %s\n", c.Discover)
+	for i, cmd := range c.Connect {
+		label := "  or path by path:"
+		if i > 0 {
+			label = ""
+		}
+		fmt.Fprintf(w, "%-23s %s\n", label, cmd)
+	}
+	if via != "" {
+		fmt.Fprintf(w, "  (connect-all follows the addresses the nodes advertise; for it to work from there,\n"+
+			"   start the nodes with advertise addresses on %s)\n", via)
+	}
+	if c.Note != "" {
+		fmt.Fprintf(w, "  note: %s\n", c.Note)
+	}
+}
+
+// rewriteConnect returns the commands with every node's host replaced by
+// via (ports unchanged).
+func rewriteConnect(v api.VolumeView, via string) api.Connect {
+	paths := make([]api.PathView, len(v.Paths))
+	for i, p := range v.Paths {
+		paths[i] = p
+		if _, port, err := net.SplitHostPort(p.NVMeAddr); err == nil {
+			paths[i].NVMeAddr = net.JoinHostPort(via, port)
+		}
+	}
+	vol := v.Volume
+	c := api.Connect{Note: v.Connect.Note}
+	for i, p := range paths {
+		host, port, err := net.SplitHostPort(p.NVMeAddr)
+		if err != nil {
+			continue
+		}
+		if i == 0 {
+			c.Discover = fmt.Sprintf("nvme discover -t tcp -a %s -s %s", host, port)
+			c.ConnectAll = fmt.Sprintf("nvme connect-all -t tcp -a %s -s %s", host, port)
+		}
+		c.Connect = append(c.Connect, fmt.Sprintf("nvme connect -t tcp -a %s -s %s -n %s", host, port, vol.NQN()))
+	}
+	return c
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"basalt/pkg/api"
+	"basalt/pkg/config"
+)
+
+func volumeCmd(o *options) *cobra.Command {
+	return group("volume", "Replicated volumes",
+		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o))
+}
+
+func parseSize(s string) (int64, error) {
+	if s == "" {
+		return 0, usageError{fmt.Errorf("--size is required (like 4GiB or 512MiB)")}
+	}
+	v, err := config.ParseSize(s)
+	if err != nil {
+		return 0, usageError{fmt.Errorf("--size %q: want a size like 4GiB, 512MiB or a byte count", s)}
+	}
+	return v, nil
+}
+
+func volumeCreateCmd(o *options) *cobra.Command {
+	var size string
+	var rf int
+	var hosts []string
+	c := &cobra.Command{
+		Use:   "create NAME --size SIZE",
+		Short: "Create a volume replicated on --rf nodes (default 3); without --host any host may connect",
+		Args:  exactArgs("NAME"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			n, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts})
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printVolume(w, v, "") })
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "size, like 4GiB (required)")
+	c.Flags().IntVar(&rf, "rf", 0, "replication factor 1..3 (default: 3, or the number of nodes if fewer)")
+	c.Flags().StringArrayVar(&hosts, "host", nil, "host NQN allowed to connect (repeat for several)")
+	return c
+}
+
+func volumeListCmd(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use: "list", Short: "List the volumes", Args: exactArgs(),
+		RunE: func(*cobra.Command, []string) error {
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().Volumes(ctx)
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printVolumes(w, v) })
+		},
+	}
+}
+
+func volumeShowCmd(o *options) *cobra.Command {
+	var via string
+	c := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a volume: replicas, leader, ANA state per node, and the nvme-cli commands to attach it",
+		Args:  exactArgs("NAME"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().Volume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printVolume(w, v, via) })
+		},
+	}
+	c.Flags().StringVar(&via, "via", "", "print the connect commands for a host that reaches the nodes at this address "+
+		"(a qemu VM with user networking: 10.0.2.2)")
+	return c
+}
+
+func volumeDeleteCmd(o *options) *cobra.Command {
+	return &cobra.Command{
+		Use: "delete NAME", Short: "Delete a volume and all its data on every node", Args: exactArgs("NAME"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := o.ctx()
+			defer cancel()
+			if err := o.client().DeleteVolume(ctx, args[0]); err != nil {
+				return err
+			}
+			v := map[string]string{"deleted": args[0]}
+			return o.print(v, func(w io.Writer) { fmt.Fprintf(w, "volume %s deleted\n", args[0]) })
+		},
+	}
+}
+
+func volumeResizeCmd(o *options) *cobra.Command {
+	var size string
+	c := &cobra.Command{
+		Use: "resize NAME --size SIZE", Short: "Grow a volume (hosts see the new size once every replica has grown)",
+		Args: exactArgs("NAME"),
+		RunE: func(_ *cobra.Command, args []string) error {
+			n, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().ResizeVolume(ctx, args[0], n)
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printVolume(w, v, "") })
+		},
+	}
+	c.Flags().StringVar(&size, "size", "", "new size, like 8GiB (required)")
+	return c
+}

@@ -1,0 +1,51 @@
+// Package api is the HTTP/JSON management API that every node of a
+// cluster serves (with the Prometheus metrics at /metrics on the same
+// port), and its Go client, which basaltctl uses.
+//
+//	method  path                                   answer
+//	------  -------------------------------------  ------------------------------------------
+//	GET     /v1/cluster                            ClusterView: health, metadata leader, counts
+//	GET     /v1/nodes                              []NodeView: addresses, up, replicas, leading
+//	GET     /v1/volumes                            []VolumeView
+//	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
+//	                                               {"name","size" (bytes or "4GiB"),"rf","hosts"}
+//	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
+//	                                               per node, nvme connect commands
+//	DELETE  /v1/volumes/{name}                     {"deleted": name}; the data goes everywhere
+//	POST    /v1/volumes/{name}/resize              200, or 202 while replicas grow; body {"size"}
+//	POST    /v1/volumes/{name}/hosts/{nqn}         VolumeView; the volume admits only listed hosts
+//	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left)
+//	GET     /v1/local                              cluster.LocalStatus of the answering node
+//	POST    /v1/internal/commands                  cluster.Result; nodes forward changes here
+//	GET     /metrics                               Prometheus text format (pkg/metrics)
+//
+// Changes go to the metadata leader. A node that does not lead forwards
+// the change itself (it sends the metadata command to the leader's
+// /v1/internal/commands and relays the answer) rather than answering 307:
+// clients, curl included, need not follow redirects with a body, and a
+// change made during an election waits for the new leader (up to the
+// request timeout) instead of failing. The leader runs forwarded commands
+// itself and never forwards again.
+//
+// Reads are served from the answering node's metadata after a read
+// barrier with the leader; when that fails (no quorum) the node answers
+// from what it has and says so ("stale": true in /v1/cluster). Views that
+// involve every node (health, ANA state per path) ask each node's
+// /v1/local, in parallel, for at most 800 ms.
+//
+// Errors are JSON {"error": "...", "hint": "what to do", "code": "..."}
+// with the HTTP status of their class:
+//
+//	code         status  when
+//	-----------  ------  -----------------------------------------------
+//	invalid      400     malformed body, bad name, size, rf or host NQN; 405 too
+//	not_found    404     no such volume, host or endpoint
+//	exists       409     the volume name is taken
+//	conflict     409     shrinking a volume
+//	no_capacity  409     too few nodes for rf, or no ANA group left
+//	not_leader   503     (with Retry-After) leadership moved
+//	no_leader    503     (with Retry-After) no metadata leader: no quorum
+//	unsupported  501     the replica backend cannot do it
+//	timeout      504     the change did not commit in time
+//	internal     500     anything else; see the node's log
+package api

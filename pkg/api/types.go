@@ -1,0 +1,229 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"basalt/pkg/cluster"
+	"basalt/pkg/config"
+)
+
+// Size is a byte count; in JSON a number of bytes or a string like "4GiB".
+type Size int64
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		var str string
+		if err := json.Unmarshal(b, &str); err != nil {
+			return err
+		}
+		v, err := config.ParseSize(str)
+		if err != nil {
+			return fmt.Errorf("%w: size %q: want bytes or a size like 4GiB or 512MiB", cluster.ErrInvalid, str)
+		}
+		*s = Size(v)
+		return nil
+	}
+	var v int64
+	if err := json.Unmarshal(b, &v); err != nil {
+		return fmt.Errorf("%w: size %s: want bytes or a size like \"4GiB\"", cluster.ErrInvalid, b)
+	}
+	*s = Size(v)
+	return nil
+}
+
+// CreateVolumeRequest is the body of POST /v1/volumes.
+type CreateVolumeRequest struct {
+	Name string `json:"name"`
+	Size Size   `json:"size"`
+	// RF is the replication factor; 0 means cluster.DefaultReplicationFactor.
+	RF int `json:"rf,omitempty"`
+	// Hosts are the host NQNs allowed to connect; none admits any host.
+	Hosts []string `json:"hosts,omitempty"`
+}
+
+// ResizeRequest is the body of POST /v1/volumes/{name}/resize.
+type ResizeRequest struct {
+	Size Size `json:"size"`
+}
+
+// ClusterView answers GET /v1/cluster.
+type ClusterView struct {
+	// Self is the node that answered.
+	Self cluster.NodeID `json:"self"`
+	// Leader is the metadata leader (0: none).
+	Leader     cluster.NodeID `json:"leader"`
+	LeaderName string         `json:"leader_name,omitempty"`
+	Nodes      int            `json:"nodes"`
+	NodesUp    int            `json:"nodes_up"`
+	Volumes    int            `json:"volumes"`
+	// VolumesHealthy counts volumes with a leader and every replica up.
+	VolumesHealthy int `json:"volumes_healthy"`
+	// Applied is the metadata index this node has applied.
+	Applied uint64 `json:"applied"`
+	// Health is "healthy", "degraded" (some node or replica down) or
+	// "unavailable" (no metadata leader).
+	Health string `json:"health"`
+	// Stale is set when this node could not confirm its metadata with the
+	// leader: what it shows may be out of date.
+	Stale bool `json:"stale,omitempty"`
+}
+
+// NodeView is one node in GET /v1/nodes.
+type NodeView struct {
+	cluster.Node
+	// Up: the node's API answered just now.
+	Up bool `json:"up"`
+	// MetadataLeader: the node leads the metadata group.
+	MetadataLeader bool `json:"metadata_leader"`
+	// Replicas and Leading count the volumes it holds and leads.
+	Replicas int    `json:"replicas"`
+	Leading  int    `json:"leading"`
+	Error    string `json:"error,omitempty"`
+}
+
+// VolumeView answers GET /v1/volumes/{name} and the changes of a volume.
+type VolumeView struct {
+	cluster.Volume
+	NQN string `json:"nqn"`
+	// RF is len(Replicas).
+	RF int `json:"rf"`
+	// Leader is the node leading the volume's Raft group (0: none), where
+	// its ANA state is optimized.
+	Leader     cluster.NodeID `json:"leader"`
+	LeaderName string         `json:"leader_name,omitempty"`
+	// Health is "healthy", "degraded" (a replica down or failing) or
+	// "unavailable" (no leader: I/O waits).
+	Health string `json:"health"`
+	// Paths are the replicas as the hosts' paths, one per node.
+	Paths   []PathView `json:"paths"`
+	Connect Connect    `json:"connect"`
+	// Note is a remark about the last change.
+	Note string `json:"note,omitempty"`
+}
+
+// PathView is one node's path to a volume.
+type PathView struct {
+	Node     cluster.NodeID `json:"node"`
+	Name     string         `json:"name"`
+	NVMeAddr string         `json:"nvme_addr"`
+	// ANAState is what the node's port reports: "optimized" on the
+	// leader, "inaccessible" elsewhere; "unknown" if the node is down.
+	ANAState    string `json:"ana_state"`
+	Role        string `json:"role,omitempty"`
+	Applied     uint64 `json:"applied"`
+	Controllers int    `json:"controllers"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Connect are the nvme-cli commands that attach a volume.
+type Connect struct {
+	Discover   string   `json:"discover"`
+	ConnectAll string   `json:"connect_all"`
+	Connect    []string `json:"connect"`
+	Note       string   `json:"note,omitempty"`
+}
+
+// Error is the body of every error response.
+type Error struct {
+	// Status is the HTTP status (not in the body).
+	Status int `json:"-"`
+	// Code classifies the error: invalid, not_found, exists, conflict,
+	// no_capacity, not_leader, no_leader, unsupported, timeout, internal.
+	Code    string `json:"code"`
+	Message string `json:"error"`
+	Hint    string `json:"hint,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Hint != "" {
+		return e.Message + " (" + e.Hint + ")"
+	}
+	return e.Message
+}
+
+// codes maps error classes to codes, statuses and sentinels.
+var codes = []struct {
+	code   string
+	status int
+	err    error
+}{
+	{"invalid", http.StatusBadRequest, cluster.ErrInvalid},
+	{"not_found", http.StatusNotFound, cluster.ErrNotFound},
+	{"exists", http.StatusConflict, cluster.ErrExists},
+	{"conflict", http.StatusConflict, cluster.ErrShrinkVolume},
+	{"no_capacity", http.StatusConflict, cluster.ErrNoCapacity},
+	{"not_leader", http.StatusServiceUnavailable, cluster.ErrNotLeader},
+	{"no_leader", http.StatusServiceUnavailable, cluster.ErrNoLeader},
+	{"unsupported", http.StatusNotImplemented, cluster.ErrUnsupported},
+}
+
+// Unwrap returns the cluster sentinel of the error's code, so that
+// errors.Is works across the API.
+func (e *Error) Unwrap() error {
+	for _, c := range codes {
+		if c.code == e.Code {
+			return c.err
+		}
+	}
+	return nil
+}
+
+// errorFor classifies err.
+func errorFor(err error) *Error {
+	var ae *Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return &Error{Status: c.status, Code: c.code, Message: err.Error(), Hint: hintFor(c.code)}
+		}
+	}
+	if errors.Is(err, errTimeout) {
+		return &Error{Status: http.StatusGatewayTimeout, Code: "timeout", Message: err.Error(),
+			Hint: "the cluster did not answer in time; check basaltctl node list and retry"}
+	}
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: err.Error(),
+		Hint: "see the node's log for details"}
+}
+
+var errTimeout = errors.New("api: timed out")
+
+func hintFor(code string) string {
+	switch code {
+	case "invalid":
+		return "check the request; sizes look like 4GiB, 512MiB or a byte count that is a multiple of 4096"
+	case "not_found":
+		return "list what exists with: basaltctl volume list"
+	case "exists":
+		return "choose another name, or use the existing one: basaltctl volume show NAME"
+	case "conflict":
+		return "volumes only grow: give a size at least the current one"
+	case "no_capacity":
+		return "use a smaller --rf, add nodes, or delete a volume"
+	case "not_leader", "no_leader":
+		return "a majority of the nodes must be up and reachable; check basaltctl node list, then retry"
+	case "unsupported":
+		return "this node's replica backend cannot do that yet"
+	}
+	return ""
+}
+
+// decodeStrict parses a JSON body and refuses unknown fields and
+// trailing data.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %w", cluster.ErrInvalid, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: body: trailing data after the JSON object", cluster.ErrInvalid)
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"basalt/pkg/cluster"
+)
+
+// survey is every node's local status, gathered for one answer.
+type survey struct {
+	nodes  []cluster.Node
+	status map[cluster.NodeID]cluster.LocalStatus
+	errs   map[cluster.NodeID]string
+	stale  bool
+}
+
+// peerTimeout bounds the wait for one node's status.
+const peerTimeout = 800 * time.Millisecond
+
+// gather confirms this node's metadata with the leader (best effort) and
+// asks every node for its local status, in parallel.
+func (s *Server) gather(ctx context.Context) *survey {
+	sv := &survey{nodes: s.c.Nodes(), status: map[cluster.NodeID]cluster.LocalStatus{}, errs: map[cluster.NodeID]string{}}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bctx, cancel := context.WithTimeout(ctx, peerTimeout)
+		defer cancel()
+		if err := s.c.ReadBarrier(bctx); err != nil {
+			mu.Lock()
+			sv.stale = true
+			mu.Unlock()
+		}
+	}()
+	for _, n := range sv.nodes {
+		if n.ID == s.c.Self().ID {
+			local := s.c.Local()
+			mu.Lock()
+			sv.status[n.ID] = local
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, peerTimeout)
+			defer cancel()
+			st, err := s.cfg.Client.At(n.APIAddr).Local(pctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				sv.errs[n.ID] = err.Error()
+				return
+			}
+			sv.status[n.ID] = st
+		}()
+	}
+	wg.Wait()
+	return sv
+}
+
+// volumeStatus returns node id's status of volume gid.
+func (sv *survey) volumeStatus(id cluster.NodeID, gid cluster.GroupID) (cluster.VolumeStatus, bool) {
+	for _, vs := range sv.status[id].Volumes {
+		if vs.ID == gid {
+			return vs, true
+		}
+	}
+	return cluster.VolumeStatus{}, false
+}
+
+// volumeLeader returns the node that says it leads volume gid, else the
+// leader most replicas name.
+func (sv *survey) volumeLeader(v *cluster.Volume) cluster.NodeID {
+	votes := map[cluster.NodeID]int{}
+	for _, r := range v.Replicas {
+		vs, ok := sv.volumeStatus(r, v.ID)
+		if ok && vs.Raft.Role == "leader" {
+			return r
+		}
+		if ok && vs.Leader != 0 {
+			votes[vs.Leader]++
+		}
+	}
+	best, n := cluster.NodeID(0), 0
+	for id, c := range votes {
+		if c > n || (c == n && id < best) {
+			best, n = id, c
+		}
+	}
+	return best
+}
+
+func (sv *survey) node(id cluster.NodeID) cluster.Node {
+	for _, n := range sv.nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return cluster.Node{ID: id, Name: id.String()}
+}
+
+func (s *Server) getCluster(r *http.Request) (int, any, error) {
+	sv := s.gather(r.Context())
+	st := s.c.State()
+	leader := s.c.MetadataGroup().Leader()
+	cv := ClusterView{Self: s.c.Self().ID, Leader: leader, Nodes: len(sv.nodes), NodesUp: len(sv.status),
+		Volumes: len(st.Volumes), Applied: s.c.Machine().AppliedIndex(), Stale: sv.stale}
+	if leader != 0 {
+		cv.LeaderName = sv.node(leader).Name
+	}
+	for _, v := range st.VolumeList() {
+		if s.health(sv, v) == "healthy" {
+			cv.VolumesHealthy++
+		}
+	}
+	switch {
+	case leader == 0:
+		cv.Health = "unavailable"
+	case cv.NodesUp < cv.Nodes || cv.VolumesHealthy < cv.Volumes:
+		cv.Health = "degraded"
+	default:
+		cv.Health = "healthy"
+	}
+	return http.StatusOK, cv, nil
+}
+
+func (s *Server) getNodes(r *http.Request) (int, any, error) {
+	sv := s.gather(r.Context())
+	st := s.c.State()
+	leader := s.c.MetadataGroup().Leader()
+	out := make([]NodeView, 0, len(sv.nodes))
+	for _, n := range sv.nodes {
+		nv := NodeView{Node: n, MetadataLeader: n.ID == leader, Error: sv.errs[n.ID]}
+		if nv.State == "" {
+			nv.State = "unregistered"
+		}
+		_, nv.Up = sv.status[n.ID]
+		for _, v := range st.Volumes {
+			if v.HasReplica(n.ID) {
+				nv.Replicas++
+			}
+		}
+		for _, vs := range sv.status[n.ID].Volumes {
+			if vs.Raft.Role == "leader" {
+				nv.Leading++
+			}
+		}
+		out = append(out, nv)
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) listVolumes(r *http.Request) (int, any, error) {
+	sv := s.gather(r.Context())
+	out := []VolumeView{}
+	for _, v := range s.c.State().VolumeList() {
+		out = append(out, s.view(sv, v, ""))
+	}
+	return http.StatusOK, out, nil
+}
+
+func (s *Server) getVolume(r *http.Request) (int, any, error) {
+	name := r.PathValue("name")
+	sv := s.gather(r.Context())
+	v := s.c.State().Volumes[name]
+	if v == nil {
+		return 0, nil, fmt.Errorf("%w: volume %q", cluster.ErrNotFound, name)
+	}
+	return http.StatusOK, s.view(sv, v, ""), nil
+}
+
+// volumeView builds the view of a volume just changed.
+func (s *Server) volumeView(ctx context.Context, v *cluster.Volume, note string) VolumeView {
+	return s.view(s.gather(ctx), v, note)
+}
+
+func (s *Server) health(sv *survey, v *cluster.Volume) string {
+	if sv.volumeLeader(v) == 0 {
+		return "unavailable"
+	}
+	for _, r := range v.Replicas {
+		if vs, ok := sv.volumeStatus(r, v.ID); !ok || vs.Error != "" {
+			return "degraded"
+		}
+	}
+	return "healthy"
+}
+
+func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
+	vv := VolumeView{Volume: *v, NQN: v.NQN(), RF: len(v.Replicas), Leader: sv.volumeLeader(v),
+		Health: s.health(sv, v), Note: note}
+	if vv.Leader != 0 {
+		vv.LeaderName = sv.node(vv.Leader).Name
+	}
+	for _, id := range v.Replicas {
+		n := sv.node(id)
+		p := PathView{Node: id, Name: n.Name, NVMeAddr: n.NVMeAddr, ANAState: "unknown", Error: sv.errs[id]}
+		if vs, ok := sv.volumeStatus(id, v.ID); ok {
+			p.ANAState, p.Role, p.Applied, p.Controllers = vs.ANAState, vs.Raft.Role, vs.Raft.Applied, vs.Controllers
+			if vs.Error != "" {
+				p.Error = vs.Error
+			}
+		} else if p.Error == "" {
+			p.Error = "the node does not serve the volume (yet)"
+		}
+		vv.Paths = append(vv.Paths, p)
+	}
+	vv.Connect = connectCommands(v, vv.Paths)
+	return vv
+}
+
+// connectCommands returns the nvme-cli commands for the volume's paths.
+// Every node's discovery service lists every path, so connect-all against
+// any one node attaches them all.
+func connectCommands(v *cluster.Volume, paths []PathView) Connect {
+	var c Connect
+	for _, p := range paths {
+		host, port, err := net.SplitHostPort(p.NVMeAddr)
+		if err != nil {
+			continue
+		}
+		if c.Discover == "" {
+			c.Discover = fmt.Sprintf("nvme discover -t tcp -a %s -s %s", host, port)
+			c.ConnectAll = fmt.Sprintf("nvme connect-all -t tcp -a %s -s %s", host, port)
+		}
+		c.Connect = append(c.Connect, fmt.Sprintf("nvme connect -t tcp -a %s -s %s -n %s", host, port, v.NQN()))
+	}
+	switch {
+	case !v.AllowAnyHost && len(v.Hosts) == 0:
+		c.Note = "no host may connect: allow one with basaltctl host add " + v.Name + " NQN"
+	case !v.AllowAnyHost:
+		c.Note = "the host must connect as one of the allowed host NQNs (its /etc/nvme/hostnqn, or --hostnqn NQN)"
+	}
+	return c
+}

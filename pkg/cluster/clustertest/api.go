@@ -1,0 +1,128 @@
+package clustertest
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"basalt/pkg/api"
+	"basalt/pkg/backend"
+	"basalt/pkg/clock"
+	"basalt/pkg/cluster"
+	"basalt/pkg/metrics"
+	"basalt/target"
+)
+
+// APINode is one in-process node with its API on a loopback port.
+type APINode struct {
+	ID      cluster.NodeID
+	Cluster *cluster.Cluster
+	Target  *target.Target
+	Server  *httptest.Server
+	Metrics *metrics.Registry
+}
+
+// APICluster is n in-process nodes on a Net, each with its HTTP API.
+type APICluster struct {
+	t     testing.TB
+	Net   *Net
+	Nodes []*APINode
+}
+
+// swapHandler lets a server start before its handler exists.
+type swapHandler struct {
+	mu sync.Mutex
+	h  http.Handler
+}
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	h := s.h
+	s.mu.Unlock()
+	h.ServeHTTP(w, r)
+}
+
+func (s *swapHandler) set(h http.Handler) {
+	s.mu.Lock()
+	s.h = h
+	s.mu.Unlock()
+}
+
+// NewAPICluster starts n nodes with memory replicas and waits until all
+// are registered. Node 1 leads the metadata. Changes time out after
+// timeout. Everything stops at the end of the test.
+func NewAPICluster(t testing.TB, n int, timeout time.Duration) *APICluster {
+	ac := &APICluster{t: t, Net: NewNet()}
+	var peers []cluster.Node
+	var handlers []*swapHandler
+	for i := 1; i <= n; i++ {
+		h := &swapHandler{h: http.NotFoundHandler()}
+		srv := httptest.NewServer(h)
+		t.Cleanup(srv.Close)
+		handlers = append(handlers, h)
+		id := cluster.NodeID(i)
+		peers = append(peers, cluster.Node{ID: id, Name: id.String(), NVMeAddr: fmt.Sprintf("127.0.0.1:%d", 4419+i),
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", 9519+i), APIAddr: strings.TrimPrefix(srv.URL, "http://")})
+		ac.Nodes = append(ac.Nodes, &APINode{ID: id, Server: srv})
+	}
+	for i, an := range ac.Nodes {
+		ac.startNode(an, peers, handlers[i], timeout)
+	}
+	ac.Eventually("every node registered", func() bool {
+		for _, an := range ac.Nodes {
+			if len(an.Cluster.State().Nodes) != n {
+				return false
+			}
+		}
+		return true
+	})
+	return ac
+}
+
+func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandler, timeout time.Duration) {
+	t := ac.t
+	tgt, err := target.New(target.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cluster.NewMachine(&cluster.MemoryPersister{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := api.NewClient("")
+	var c *cluster.Cluster
+	reg := metrics.New(metrics.Sources{Target: tgt.Stats, Cluster: func() cluster.LocalStatus { return c.Local() }}, nil)
+	c, err = cluster.Start(cluster.Config{
+		Self: peers[an.ID-1], Peers: peers, Machine: m, Replicator: ac.Net.Replicator(an.ID),
+		Replicas: &cluster.MemoryReplicas{}, Target: tgt, Port: uint16(an.ID), Resync: 20 * time.Millisecond,
+		Forward: client.Forwarder(),
+		Wrap:    func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.WrapVolume(v.Name, b) },
+		Unwrap:  func(v *cluster.Volume) { reg.ForgetVolume(v.Name) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	an.Cluster, an.Target, an.Metrics = c, tgt, reg
+	h.set(api.NewServer(api.Config{Cluster: c, Metrics: reg.Handler(), Client: client, RequestTimeout: timeout}))
+	t.Cleanup(func() { _ = c.Close(); _ = tgt.Close() })
+}
+
+// Eventually waits up to 5 s for cond.
+func (ac *APICluster) Eventually(what string, cond func() bool) {
+	ac.t.Helper()
+	clk := clock.Real()
+	deadline := clk.Now().Add(5 * time.Second)
+	for !cond() {
+		if clk.Now().After(deadline) {
+			ac.t.Fatalf("timed out waiting until %s", what)
+		}
+		<-clk.NewTimer(5 * time.Millisecond).C()
+	}
+}
+
+// Client returns a client of node i's API (0-based).
+func (ac *APICluster) Client(i int) *api.Client { return api.NewClient(ac.Nodes[i].Server.URL) }

@@ -1,0 +1,281 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// Op names a metadata command.
+type Op string
+
+// The metadata commands. Each is applied deterministically on every node:
+// whatever depends on time or randomness (UUIDs, the creation time) is
+// chosen by the node that builds the command and travels inside it.
+const (
+	OpRegisterNode Op = "register_node" // Node: add or update a node's addresses
+	OpCreateVolume Op = "create_volume" // Create
+	OpDeleteVolume Op = "delete_volume" // Volume
+	OpResizeVolume Op = "resize_volume" // Volume, Size
+	OpAddHost      Op = "add_host"      // Volume, Host
+	OpRemoveHost   Op = "remove_host"   // Volume, Host
+	OpReplicaGrown Op = "replica_grown" // Volume, ID, NodeID, Size
+)
+
+// Command is one metadata change, JSON-encoded in a Raft entry.
+type Command struct {
+	Op Op `json:"op"`
+	// Request identifies the proposal so that the proposing node can
+	// collect its result; 0 when nobody waits.
+	Request uint64        `json:"req,omitempty"`
+	Node    *Node         `json:"node,omitempty"`
+	Create  *CreateVolume `json:"create,omitempty"`
+	Volume  string        `json:"volume,omitempty"`
+	ID      GroupID       `json:"id,omitempty"`
+	NodeID  NodeID        `json:"node_id,omitempty"`
+	Size    int64         `json:"size,omitempty"`
+	Host    string        `json:"host,omitempty"`
+}
+
+// CreateVolume is the body of OpCreateVolume.
+type CreateVolume struct {
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+	// RF is the replication factor, 1..MaxReplicationFactor.
+	RF           int      `json:"rf"`
+	Hosts        []string `json:"hosts,omitempty"`
+	AllowAnyHost bool     `json:"allow_any_host"`
+	UUID         ID16     `json:"uuid"`
+	NGUID        ID16     `json:"nguid"`
+	Created      string   `json:"created"`
+}
+
+// Result is what applying a command produced, returned to its proposer.
+type Result struct {
+	// Volume is the volume after the command (create, resize, hosts).
+	Volume *Volume `json:"volume,omitempty"`
+	// Node is the node after OpRegisterNode.
+	Node *Node `json:"node,omitempty"`
+	// Note is a remark for the administrator ("no host can connect now").
+	Note string `json:"note,omitempty"`
+}
+
+// Encode returns the command's Raft entry data.
+func (c *Command) Encode() ([]byte, error) { return json.Marshal(c) }
+
+// DecodeCommand parses a Raft entry.
+func DecodeCommand(b []byte) (Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("%w: command: %w", ErrCorrupt, err)
+	}
+	return c, nil
+}
+
+// Validate checks what can be checked without the state, so that a node
+// can refuse a bad request before proposing it.
+func (c *Command) Validate() error {
+	switch c.Op {
+	case OpRegisterNode:
+		if c.Node == nil || c.Node.ID == 0 {
+			return fmt.Errorf("%w: register_node without a node", ErrInvalid)
+		}
+	case OpCreateVolume:
+		cv := c.Create
+		if cv == nil {
+			return fmt.Errorf("%w: create_volume without a body", ErrInvalid)
+		}
+		if err := ValidateVolumeName(cv.Name); err != nil {
+			return err
+		}
+		if err := ValidateSize(cv.Size); err != nil {
+			return err
+		}
+		if cv.RF < 1 || cv.RF > MaxReplicationFactor {
+			return fmt.Errorf("%w: replication factor %d: want 1..%d", ErrInvalid, cv.RF, MaxReplicationFactor)
+		}
+		for _, h := range cv.Hosts {
+			if err := ValidateHostNQN(h); err != nil {
+				return err
+			}
+		}
+	case OpDeleteVolume, OpReplicaGrown:
+		return ValidateVolumeName(c.Volume)
+	case OpResizeVolume:
+		if err := ValidateVolumeName(c.Volume); err != nil {
+			return err
+		}
+		return ValidateSize(c.Size)
+	case OpAddHost, OpRemoveHost:
+		if err := ValidateVolumeName(c.Volume); err != nil {
+			return err
+		}
+		return ValidateHostNQN(c.Host)
+	default:
+		return fmt.Errorf("%w: unknown command %q", ErrInvalid, c.Op)
+	}
+	return nil
+}
+
+// apply applies c to s (a private copy) and returns the result, or an
+// error that leaves s unchanged in meaning (the caller discards s).
+func (s *State) apply(c *Command) (Result, error) {
+	if err := c.Validate(); err != nil {
+		return Result{}, err
+	}
+	switch c.Op {
+	case OpRegisterNode:
+		n := *c.Node
+		n.State = NodeActive
+		s.Nodes[n.ID] = &n
+		return Result{Node: &n}, nil
+	case OpCreateVolume:
+		return s.createVolume(c.Create)
+	case OpDeleteVolume:
+		if s.Volumes[c.Volume] == nil {
+			return Result{}, fmt.Errorf("%w: volume %q", ErrNotFound, c.Volume)
+		}
+		delete(s.Volumes, c.Volume)
+		return Result{}, nil
+	}
+	v := s.Volumes[c.Volume]
+	if v == nil {
+		return Result{}, fmt.Errorf("%w: volume %q", ErrNotFound, c.Volume)
+	}
+	var note string
+	switch c.Op {
+	case OpResizeVolume:
+		if err := v.resize(c.Size); err != nil {
+			return Result{}, err
+		}
+	case OpReplicaGrown:
+		v.replicaGrown(c.ID, c.NodeID, c.Size)
+	case OpAddHost:
+		if !slices.Contains(v.Hosts, c.Host) {
+			v.Hosts = append(v.Hosts, c.Host)
+			slices.Sort(v.Hosts)
+		}
+		v.AllowAnyHost = false
+	case OpRemoveHost:
+		i := slices.Index(v.Hosts, c.Host)
+		if i < 0 {
+			return Result{}, fmt.Errorf("%w: host %q is not allowed on volume %q", ErrNotFound, c.Host, c.Volume)
+		}
+		v.Hosts = slices.Delete(v.Hosts, i, i+1)
+		if len(v.Hosts) == 0 && !v.AllowAnyHost {
+			note = "no host can connect to this volume now; allow one with: basaltctl host add " + v.Name + " NQN"
+		}
+	}
+	return Result{Volume: v.clone(), Note: note}, nil
+}
+
+func (s *State) createVolume(cv *CreateVolume) (Result, error) {
+	if s.Volumes[cv.Name] != nil {
+		return Result{}, fmt.Errorf("%w: volume %q", ErrExists, cv.Name)
+	}
+	replicas, err := s.place(cv.RF, s.NextGroup)
+	if err != nil {
+		return Result{}, err
+	}
+	ana, err := s.freeANAGroup()
+	if err != nil {
+		return Result{}, err
+	}
+	v := &Volume{
+		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
+		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost || len(cv.Hosts) == 0, ANAGroup: ana,
+		State: VolumeActive, Created: cv.Created,
+	}
+	v.Hosts = slices.Clone(cv.Hosts)
+	slices.Sort(v.Hosts)
+	v.Hosts = slices.Compact(v.Hosts)
+	if len(v.Hosts) > 0 {
+		v.AllowAnyHost = cv.AllowAnyHost
+	}
+	s.NextGroup++
+	s.Volumes[v.Name] = v
+	return Result{Volume: v.clone()}, nil
+}
+
+// place chooses rf active nodes for a new volume: those holding the fewest
+// replicas, ties broken by rotating from the group ID so that volumes of
+// equal load spread their replicas (and so their leaders) over the nodes.
+func (s *State) place(rf int, id GroupID) ([]NodeID, error) {
+	load := map[NodeID]int{}
+	var nodes []NodeID
+	for _, n := range s.NodeList() {
+		if n.State == NodeActive {
+			nodes = append(nodes, n.ID)
+		}
+	}
+	if len(nodes) < rf {
+		return nil, fmt.Errorf("%w: replication factor %d needs %d nodes, %d registered", ErrNoCapacity, rf, rf, len(nodes))
+	}
+	for _, v := range s.Volumes {
+		for _, r := range v.Replicas {
+			load[r]++
+		}
+	}
+	rot := int(uint64(id) % uint64(len(nodes)))
+	order := append(slices.Clone(nodes[rot:]), nodes[:rot]...)
+	slices.SortStableFunc(order, func(a, b NodeID) int { return load[a] - load[b] })
+	out := slices.Clone(order[:rf])
+	slices.Sort(out)
+	return out, nil
+}
+
+// freeANAGroup returns the smallest ANA group ID no volume uses.
+func (s *State) freeANAGroup() (uint32, error) {
+	used := make([]bool, MaxANAGroups+1)
+	for _, v := range s.Volumes {
+		if v.ANAGroup <= MaxANAGroups {
+			used[v.ANAGroup] = true
+		}
+	}
+	for g := uint32(1); g <= MaxANAGroups; g++ {
+		if !used[g] {
+			return g, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: all %d ANA groups are in use (one per volume): delete a volume first", ErrNoCapacity, MaxANAGroups)
+}
+
+// resize starts growing the volume to size; hosts see the new size once
+// every replica has grown (replicaGrown).
+func (v *Volume) resize(size int64) error {
+	switch cur := max(v.Size, v.PendingSize); {
+	case size < v.Size:
+		return fmt.Errorf("%w: volume %q is %d bytes; shrinking to %d would destroy data", ErrShrinkVolume, v.Name, v.Size, size)
+	case size == cur:
+		return nil
+	case size < cur:
+		return fmt.Errorf("%w: volume %q is already growing to %d bytes", ErrShrinkVolume, v.Name, cur)
+	}
+	v.PendingSize = size
+	v.maybeFinishResize()
+	return nil
+}
+
+// replicaGrown records that node's replica of the volume holds size bytes.
+func (v *Volume) replicaGrown(id GroupID, node NodeID, size int64) {
+	if id != v.ID || !v.HasReplica(node) {
+		return // a report about an older volume of the same name, or a stranger
+	}
+	if v.ReplicaSizes == nil {
+		v.ReplicaSizes = map[NodeID]int64{}
+	}
+	v.ReplicaSizes[node] = max(v.ReplicaSizes[node], size)
+	v.maybeFinishResize()
+}
+
+func (v *Volume) maybeFinishResize() {
+	if v.PendingSize <= v.Size {
+		return
+	}
+	for _, r := range v.Replicas {
+		if v.ReplicaSizes[r] < v.PendingSize {
+			return
+		}
+	}
+	v.Size, v.PendingSize = v.PendingSize, 0
+}

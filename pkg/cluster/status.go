@@ -1,0 +1,82 @@
+package cluster
+
+import (
+	"slices"
+)
+
+// LocalStatus is this node's view of itself, served at GET /v1/local and
+// gathered from every node by the API's cluster-wide views.
+type LocalStatus struct {
+	Node     Node           `json:"node"`
+	Metadata MetadataStatus `json:"metadata"`
+	Volumes  []VolumeStatus `json:"volumes"`
+}
+
+// MetadataStatus is the metadata group as this node sees it.
+type MetadataStatus struct {
+	Leader  NodeID      `json:"leader"`
+	Applied uint64      `json:"applied"`
+	Raft    GroupStatus `json:"raft"`
+}
+
+// VolumeStatus is one volume as this node serves it.
+type VolumeStatus struct {
+	Name     string  `json:"name"`
+	ID       GroupID `json:"id"`
+	ANAGroup uint32  `json:"ana_group"`
+	// ANAState is the state this node's port reports: "optimized" where
+	// the volume's leader is, "inaccessible" elsewhere.
+	ANAState string      `json:"ana_state"`
+	Leader   NodeID      `json:"leader"`
+	Raft     GroupStatus `json:"raft"`
+	// Size is what hosts see here; ReplicaSize the local replica's size.
+	Size        int64 `json:"size"`
+	ReplicaSize int64 `json:"replica_size"`
+	// Controllers is the number of host controllers connected here.
+	Controllers int `json:"controllers"`
+	// Error says why the volume is not served here, if it is not.
+	Error string `json:"error,omitempty"`
+}
+
+// Local returns this node's status.
+func (c *Cluster) Local() LocalStatus {
+	st := LocalStatus{Node: c.cfg.Self, Metadata: MetadataStatus{
+		Leader: c.meta.Leader(), Applied: c.m.AppliedIndex(), Raft: c.meta.Status(),
+	}}
+	ctrls := map[string]int{}
+	for _, ci := range c.cfg.Target.Controllers() {
+		if !ci.Discovery {
+			ctrls[ci.SubNQN]++
+		}
+	}
+	r := c.rec
+	r.mu.Lock()
+	live := make([]*localVolume, 0, len(r.mu.live))
+	for _, lv := range r.mu.live {
+		live = append(live, lv)
+	}
+	failures := make(map[GroupID]string, len(r.mu.failures))
+	for id, f := range r.mu.failures {
+		failures[id] = f
+	}
+	r.mu.Unlock()
+	for _, lv := range live {
+		v := lv.spec.Load()
+		st.Volumes = append(st.Volumes, VolumeStatus{
+			Name: v.Name, ID: v.ID, ANAGroup: v.ANAGroup,
+			ANAState: c.cfg.Target.ANAState(v.ANAGroup, c.cfg.Port).String(),
+			Leader:   lv.group.Leader(), Raft: lv.group.Status(),
+			Size: lv.export.Size(), ReplicaSize: lv.replica.Size(),
+			Controllers: ctrls[v.NQN()], Error: failures[v.ID],
+		})
+		delete(failures, v.ID)
+	}
+	s := c.m.State()
+	for id, f := range failures {
+		if v := s.VolumeByID(id); v != nil {
+			st.Volumes = append(st.Volumes, VolumeStatus{Name: v.Name, ID: id, ANAGroup: v.ANAGroup, Error: f})
+		}
+	}
+	slices.SortFunc(st.Volumes, func(a, b VolumeStatus) int { return int(a.ID) - int(b.ID) })
+	return st
+}

@@ -1,0 +1,271 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+)
+
+// The cluster sections. A cluster node's file (scripts/run.sh writes three
+// of these):
+//
+//	[node]
+//	name = "node1"
+//	data_dir = "/var/lib/basalt"       # metadata (badger) and file replicas
+//
+//	[nvme]
+//	listen = "0.0.0.0:4420"            # default: this node's peer nvme address
+//	advertise = "10.0.2.2:4420"        # default: this node's peer nvme address
+//
+//	[cluster]
+//	node_id = 1                        # 1..14; also the NVMe port ID
+//	raft_listen = "0.0.0.0:9520"       # default: this node's peer raft address
+//	api_listen = "127.0.0.1:9420"      # HTTP API and /metrics; default: peer api
+//	bootstrap = true                   # first start: form the cluster from the peers
+//	raft_tick = "50ms"                 # Raft clock; election after election_ticks
+//	election_ticks = 10
+//	heartbeat_ticks = 1
+//	  [[cluster.peer]]                 # every node, this one included
+//	  id = 1
+//	  name = "node1"
+//	  raft = "127.0.0.1:9520"          # where the other nodes reach its Raft port
+//	  nvme = "127.0.0.1:4420"          # the NVMe/TCP address hosts use (discovery)
+//	  api = "127.0.0.1:9420"           # where the other nodes reach its API
+//
+//	[store]                            # optional: replicas in the log-structured store
+//	drives = ["/var/lib/basalt/d0", "/var/lib/basalt/d1", "/var/lib/basalt/d2"]
+//	drive_size = "4GiB"                # files are created sparse
+//	buffer = "/dev/shm/basalt-node1.wbuf"  # write buffer (DAX fs, or tmpfs for dev)
+//	buffer_size = "256MiB"
+//	parity = 1                         # k+1 across the drives
+//	chunk_size = "128KiB"
+//	segment_stripes = 32
+//	gc_policy = "cost-benefit"
+//
+//	[raft_log]
+//	path = "/dev/shm/basalt-node1.raft"   # default: <data_dir>/raft.log
+//	size = "256MiB"
+
+// MaxNodeID is the largest node ID: node k hands out controller IDs
+// k*0x1000+1 .. k*0x1000+0xFFF, which must stay below 0xFFF0.
+const MaxNodeID = 14
+
+// Cluster makes a node a member of a cluster.
+type Cluster struct {
+	// NodeID is this node's ID, 1..MaxNodeID, unique in the cluster. It is
+	// also its NVMe port ID and selects its controller ID range.
+	NodeID uint64 `toml:"node_id"`
+	// RaftListen is the address the Raft transport binds. Default: this
+	// node's peer raft address.
+	RaftListen string `toml:"raft_listen"`
+	// APIListen is the address of the HTTP API and /metrics. Default:
+	// this node's peer api address.
+	APIListen string `toml:"api_listen"`
+	// Bootstrap lets a node without cluster state form the cluster from
+	// Peers on its first start (every initial member sets it). A node
+	// without it and without state refuses to start. Default true.
+	Bootstrap *bool `toml:"bootstrap"`
+	// RaftTick is the Raft clock period. Default 50ms.
+	RaftTick Duration `toml:"raft_tick"`
+	// ElectionTicks and HeartbeatTicks are in RaftTicks. Defaults 10, 1.
+	ElectionTicks  int `toml:"election_ticks"`
+	HeartbeatTicks int `toml:"heartbeat_ticks"`
+	// Peers lists every node of the cluster, this one included.
+	Peers []Peer `toml:"peer"`
+}
+
+// Peer is one node of the cluster as the others reach it.
+type Peer struct {
+	ID   uint64 `toml:"id"`
+	Name string `toml:"name"`
+	// Raft is the node's Raft transport address.
+	Raft string `toml:"raft"`
+	// NVMe is the NVMe/TCP address hosts connect to (its advertise
+	// address), listed in every node's discovery log.
+	NVMe string `toml:"nvme"`
+	// API is the node's HTTP API address.
+	API string `toml:"api"`
+}
+
+// Store configures the node's log-structured store (pkg/store).
+type Store struct {
+	// Drives are drive files or block devices, in slot order.
+	Drives []string `toml:"drives"`
+	// DriveSize is the size of each drive file; 0: the existing size.
+	DriveSize Size `toml:"drive_size"`
+	// Buffer is the write-buffer file and BufferSize its size.
+	Buffer     string `toml:"buffer"`
+	BufferSize Size   `toml:"buffer_size"`
+	// Parity and Data are the stripe geometry in chunks (format time);
+	// 0 and 0: one parity chunk, data across the other drives.
+	Parity int `toml:"parity"`
+	Data   int `toml:"data"`
+	// ChunkSize and SegmentStripes: format time; 0 for the defaults.
+	ChunkSize      Size `toml:"chunk_size"`
+	SegmentStripes int  `toml:"segment_stripes"`
+	// GCPolicy is "cost-benefit" (default) or "greedy".
+	GCPolicy string `toml:"gc_policy"`
+}
+
+// RaftLog is the persistent-memory region holding the node's Raft logs.
+type RaftLog struct {
+	// Path is the region's file: on a DAX filesystem for persistent
+	// memory, on tmpfs for development. Default <data_dir>/raft.log.
+	Path string `toml:"path"`
+	// Size in bytes. Default 256MiB.
+	Size Size `toml:"size"`
+}
+
+// Duration is a time.Duration written as "50ms", "2s".
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("config: duration %q: want a number with a unit like 50ms", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// BootstrapEnabled reports whether the node may form the cluster.
+func (c *Cluster) BootstrapEnabled() bool { return c.Bootstrap == nil || *c.Bootstrap }
+
+// Self returns this node's peer entry (zero if absent; Validate reports it).
+func (c *Cluster) Self() Peer {
+	for _, p := range c.Peers {
+		if p.ID == c.NodeID {
+			return p
+		}
+	}
+	return Peer{}
+}
+
+// CNTLIDRange returns the controller IDs node id hands out.
+func CNTLIDRange(id uint64) (lo, hi uint16) {
+	return uint16(id*0x1000 + 1), uint16(id*0x1000 + 0xFFF)
+}
+
+func (c *Config) clusterDefaults() {
+	cl := c.Cluster
+	self := cl.Self()
+	if c.Node.Name == "" {
+		c.Node.Name = self.Name
+		if c.Node.Name == "" {
+			c.Node.Name = fmt.Sprintf("node%d", cl.NodeID)
+		}
+	}
+	for i := range cl.Peers {
+		if cl.Peers[i].Name == "" {
+			cl.Peers[i].Name = fmt.Sprintf("node%d", cl.Peers[i].ID)
+		}
+	}
+	c.NVMe.Listen = cmpOr(c.NVMe.Listen, self.NVMe)
+	c.NVMe.Advertise = cmpOr(c.NVMe.Advertise, self.NVMe)
+	if c.NVMe.PortID == 0 {
+		c.NVMe.PortID = uint16(cl.NodeID)
+	}
+	if c.NVMe.CNTLIDMin == 0 && c.NVMe.CNTLIDMax == 0 && cl.NodeID <= MaxNodeID {
+		c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax = CNTLIDRange(cl.NodeID)
+	}
+	cl.RaftListen = cmpOr(cl.RaftListen, self.Raft)
+	cl.APIListen = cmpOr(cl.APIListen, self.API)
+	if cl.RaftTick == 0 {
+		cl.RaftTick = Duration(50 * time.Millisecond)
+	}
+	if cl.ElectionTicks == 0 {
+		cl.ElectionTicks = 10
+	}
+	if cl.HeartbeatTicks == 0 {
+		cl.HeartbeatTicks = 1
+	}
+	if c.RaftLog.Path == "" && c.Node.DataDir != "" {
+		c.RaftLog.Path = filepath.Join(c.Node.DataDir, "raft.log")
+	}
+	if c.RaftLog.Size == 0 {
+		c.RaftLog.Size = 256 << 20
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// validateCluster checks the cluster sections (nothing without [cluster],
+// except that [store] needs it).
+func (c *Config) validateCluster() []error {
+	cl := c.Cluster
+	if cl == nil {
+		if c.Store != nil {
+			return []error{fmt.Errorf("[store] needs a [cluster] section (a single node serves [[subsystem]] backends)")}
+		}
+		return nil
+	}
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if len(c.Subsystems) > 0 {
+		add("[[subsystem]] cannot be used with [cluster]: create volumes with basaltctl volume create")
+	}
+	if c.Node.DataDir == "" {
+		add("node.data_dir is required in a cluster (metadata and replicas live there)")
+	}
+	if cl.NodeID < 1 || cl.NodeID > MaxNodeID {
+		add("cluster.node_id %d: want 1..%d", cl.NodeID, MaxNodeID)
+	}
+	if c.NVMe.PortID != uint16(cl.NodeID) {
+		add("nvme.port_id %d: in a cluster the port ID is the node ID (%d); leave it unset", c.NVMe.PortID, cl.NodeID)
+	}
+	errs = append(errs, validatePeers(cl)...)
+	for what, a := range map[string]string{"cluster.raft_listen": cl.RaftListen, "cluster.api_listen": cl.APIListen} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			add("%s %q: %v", what, a, err)
+		}
+	}
+	if cl.ElectionTicks <= cl.HeartbeatTicks || cl.HeartbeatTicks < 1 || cl.RaftTick <= 0 {
+		add("cluster: want raft_tick > 0 and election_ticks > heartbeat_ticks >= 1")
+	}
+	if c.RaftLog.Size < 1<<20 {
+		add("raft_log.size %d: want at least 1MiB", c.RaftLog.Size)
+	}
+	if s := c.Store; s != nil {
+		if len(s.Drives) == 0 || s.Buffer == "" || s.BufferSize <= 0 {
+			add("[store] needs drives, buffer and buffer_size")
+		}
+		if s.DriveSize < 0 || s.DriveSize%4096 != 0 {
+			add("store.drive_size %d: want a multiple of 4096", s.DriveSize)
+		}
+		if s.GCPolicy != "" && s.GCPolicy != "greedy" && s.GCPolicy != "cost-benefit" {
+			add("store.gc_policy %q: want cost-benefit or greedy", s.GCPolicy)
+		}
+	}
+	return errs
+}
+
+func validatePeers(cl *Cluster) []error {
+	var errs []error
+	ids := map[uint64]bool{}
+	for i, p := range cl.Peers {
+		where := fmt.Sprintf("cluster.peer[%d] (id %d)", i, p.ID)
+		if p.ID < 1 || p.ID > MaxNodeID || ids[p.ID] {
+			errs = append(errs, fmt.Errorf("%s: want a unique id 1..%d", where, MaxNodeID))
+		}
+		ids[p.ID] = true
+		for what, a := range map[string]string{"raft": p.Raft, "nvme": p.NVMe, "api": p.API} {
+			host, _, err := net.SplitHostPort(a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s %q: %w", where, what, a, err))
+			} else if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+				errs = append(errs, fmt.Errorf("%s: %s %q: must be an address the others can reach, not a wildcard", where, what, a))
+			}
+		}
+	}
+	if !ids[cl.NodeID] {
+		errs = append(errs, fmt.Errorf("cluster.peer: no entry for this node (id %d): list every node, this one included", cl.NodeID))
+	}
+	return errs
+}

@@ -1,0 +1,128 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"basalt/pkg/backend"
+	"basalt/pkg/cluster"
+	"basalt/target"
+)
+
+func scrape(t *testing.T, r *Registry) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	r.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	b, _ := io.ReadAll(rec.Body)
+	return string(b)
+}
+
+func mustContain(t *testing.T, text string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("metrics lack %s", w)
+		}
+	}
+}
+
+// failing fails every call.
+type failing struct{ backend.Backend }
+
+func (failing) WriteAt(context.Context, []byte, int64, backend.WriteFlags) error {
+	return backend.ErrInaccessible
+}
+
+func TestVolumeMetrics(t *testing.T) {
+	r := New(Sources{}, nil)
+	mem, err := backend.NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := r.WrapVolume("v1", mem)
+	ctx := context.Background()
+	buf := make([]byte, 8192)
+	for range 3 {
+		if err := v.WriteAt(ctx, buf, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.ReadAt(ctx, buf[:4096], 4096); err != nil {
+		t.Fatal(err)
+	}
+	_ = v.Flush(ctx)
+	_ = v.Trim(ctx, 0, 4096)
+	_ = v.WriteZeroes(ctx, 0, 4096)
+	f := r.WrapVolume("v2", failing{mem})
+	if err := f.WriteAt(ctx, buf, 0, 0); !errors.Is(err, backend.ErrInaccessible) {
+		t.Fatalf("error not passed through: %v", err)
+	}
+	text := scrape(t, r)
+	mustContain(t, text,
+		`basalt_volume_ops_total{op="write",volume="v1"} 3`,
+		`basalt_volume_bytes_total{op="write",volume="v1"} 24576`,
+		`basalt_volume_bytes_total{op="read",volume="v1"} 4096`,
+		`basalt_volume_ops_total{op="trim",volume="v1"} 1`,
+		`basalt_volume_ops_total{op="write_zeroes",volume="v1"} 1`,
+		`basalt_volume_ops_total{op="flush",volume="v1"} 1`,
+		`basalt_volume_latency_seconds_count{op="write",volume="v1"} 3`,
+		`basalt_volume_errors_total{op="write",volume="v2"} 1`,
+		`go_goroutines`,
+	)
+	r.ForgetVolume("v1")
+	if text := scrape(t, r); strings.Contains(text, `volume="v1"`) {
+		t.Error("a forgotten volume still has metrics")
+	}
+}
+
+func TestSampledSources(t *testing.T) {
+	r := New(Sources{
+		Cluster: func() cluster.LocalStatus {
+			return cluster.LocalStatus{
+				Metadata: cluster.MetadataStatus{Raft: cluster.GroupStatus{Role: "leader", Term: 3, Commit: 9, Applied: 9}},
+				Volumes: []cluster.VolumeStatus{
+					{Name: "a", ID: 2, ANAState: "optimized", Size: 4096, Raft: cluster.GroupStatus{Role: "leader", CommitLatency: 0.001}},
+					{Name: "b", ID: 3, Error: "broken"},
+				},
+			}
+		},
+		Store: func() StoreSample {
+			return StoreSample{CapacityBytes: 1 << 30, BufferSize: 64 << 20, BufferUsed: 1 << 20, BufferMode: "msync",
+				DestageRate: 250, GCRuns: 2, FreeSegments: 7,
+				Drives: []DriveSample{{Index: 0, State: "healthy"}, {Index: 1, State: "failed", Errors: 5}}}
+		},
+		Target: func() target.Stats { return target.Stats{Controllers: 2, Commands: 10} },
+	}, nil)
+	mustContain(t, scrape(t, r),
+		`basalt_raft_leader{group="1",volume=""} 1`,
+		`basalt_raft_commit_index{group="1",volume=""} 9`,
+		`basalt_raft_leader{group="2",volume="a"} 1`,
+		`basalt_raft_commit_latency_seconds{group="2",volume="a"} 0.001`,
+		`basalt_volume_ana_state{state="optimized",volume="a"} 1`,
+		`basalt_volume_failed{volume="b"} 1`,
+		`basalt_write_buffer_used_bytes{mode="msync"} 1.048576e+06`,
+		`basalt_store_destage_rate_blocks 250`,
+		`basalt_store_gc_runs_total 2`,
+		`basalt_store_segments{state="free"} 7`,
+		`basalt_drive_up{drive="1",state="failed"} 0`,
+		`basalt_drive_errors_total{drive="1"} 5`,
+		`basalt_nvme_controllers 2`,
+	)
+}
+
+func BenchmarkVolumeWrite(b *testing.B) {
+	r := New(Sources{}, nil)
+	mem, _ := backend.NewMemory(1<<20, 4096)
+	v := r.WrapVolume("bench", mem)
+	buf := make([]byte, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(4096)
+	for b.Loop() {
+		_ = v.WriteAt(ctx, buf, 0, 0)
+	}
+}

@@ -1,0 +1,282 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"basalt/pkg/api"
+	"basalt/pkg/backend"
+	"basalt/pkg/clock"
+	"basalt/pkg/cluster"
+	"basalt/pkg/config"
+	"basalt/pkg/disk"
+	"basalt/pkg/meta"
+	"basalt/pkg/metrics"
+	"basalt/pkg/pmem"
+	"basalt/pkg/store"
+	"basalt/replication"
+	"basalt/target"
+)
+
+// clusterParts are what a cluster node runs besides the target.
+type clusterParts struct {
+	log     *slog.Logger
+	db      *meta.DB
+	store   *store.Store
+	raftLog pmem.Region
+	host    *replication.Host
+	cluster *cluster.Cluster
+	metrics *metrics.Registry
+	apiSrv  *http.Server
+	apiLn   net.Listener
+	apiOnce sync.Once
+	apiErr  error
+}
+
+// startCluster starts a cluster node; on error everything opened so far is
+// closed again.
+func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
+	cp := &clusterParts{log: log}
+	n = &Node{cfg: cfg, log: log, serveErr: make(chan error, 4), cl: cp}
+	defer func() {
+		if err != nil {
+			_ = n.Close()
+			n = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.Node.DataDir, 0o700); err != nil {
+		return n, fmt.Errorf("node: data directory: %w", err)
+	}
+	if err := cp.openStorage(cfg, log); err != nil {
+		return n, err
+	}
+	if err := cp.openRaft(cfg, log); err != nil {
+		return n, err
+	}
+	lo, hi := cfg.NVMe.CNTLIDMin, cfg.NVMe.CNTLIDMax
+	if n.target, err = target.New(target.Config{Logger: log, Clock: clock.Real(), CNTLIDMin: lo, CNTLIDMax: hi}); err != nil {
+		return n, fmt.Errorf("node: target: %w", err)
+	}
+	port, err := n.addPort()
+	if err != nil {
+		return n, err
+	}
+	if err := cp.startCluster(cfg, n.target, port.ID(), log); err != nil {
+		return n, err
+	}
+	if err := n.listen(cfg.NVMe.Listen, port); err != nil {
+		return n, err
+	}
+	if cfg.NVMe.DiscoveryListen != "" {
+		if err := n.listen(cfg.NVMe.DiscoveryListen, port); err != nil {
+			return n, err
+		}
+	}
+	if err := cp.startAPI(cfg, n.serveErr); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// openStorage opens the metadata store and, with [store], the drives and
+// the write buffer.
+func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error {
+	db, err := meta.Open(meta.Options{Dir: filepath.Join(cfg.Node.DataDir, "meta"), Logger: log})
+	if err != nil {
+		return fmt.Errorf("node: metadata: %w", err)
+	}
+	cp.db = db
+	sc := cfg.Store
+	if sc == nil {
+		return nil
+	}
+	policy, err := store.ParseGCPolicy(sc.GCPolicy)
+	if err != nil {
+		return err
+	}
+	opts := store.Options{Meta: db, Parity: sc.Parity, Data: sc.Data, ChunkSize: int(sc.ChunkSize),
+		SegmentStripes: sc.SegmentStripes, GCPolicy: policy, Logger: log.With("part", "store"), Clock: clock.Real()}
+	for _, p := range sc.Drives {
+		d, err := disk.OpenFile(p, int64(sc.DriveSize))
+		if err != nil {
+			closeDrives(opts.Drives)
+			return fmt.Errorf("node: drive %s: %w", p, err)
+		}
+		opts.Drives = append(opts.Drives, d)
+	}
+	region, err := pmem.OpenFile(sc.Buffer, int(sc.BufferSize))
+	if err != nil {
+		closeDrives(opts.Drives)
+		return fmt.Errorf("node: write buffer %s: %w", sc.Buffer, err)
+	}
+	log.Info("write buffer mapped", "path", sc.Buffer, "mode", region.Mode().String(), "survives_power_loss", region.Mode().Durable())
+	opts.Buffer = region
+	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
+		return fmt.Errorf("node: store: %w", err)
+	}
+	return nil
+}
+
+func closeDrives(ds []disk.Drive) {
+	for _, d := range ds {
+		_ = d.Close()
+	}
+}
+
+// openRaft maps the Raft log region and creates the Raft host.
+func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
+	cl, rl := cfg.Cluster, cfg.RaftLog
+	if err := os.MkdirAll(filepath.Dir(rl.Path), 0o700); err != nil {
+		return fmt.Errorf("node: raft log directory: %w", err)
+	}
+	region, err := pmem.OpenFile(rl.Path, int(rl.Size))
+	if err != nil {
+		return fmt.Errorf("node: raft log %s: %w", rl.Path, err)
+	}
+	cp.raftLog = region
+	log.Info("raft log mapped", "path", rl.Path, "mode", region.Mode().String(), "survives_power_loss", region.Mode().Durable())
+	peers := map[replication.NodeID]string{}
+	for _, p := range cl.Peers {
+		if p.ID != cl.NodeID {
+			peers[replication.NodeID(p.ID)] = p.Raft
+		}
+	}
+	cp.host, err = replication.NewHost(replication.Config{
+		NodeID: replication.NodeID(cl.NodeID), Listen: cl.RaftListen, Peers: peers, LogRegion: region,
+		Clock: clock.Real(), Logger: log.With("part", "raft"), TickInterval: time.Duration(cl.RaftTick),
+		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks,
+	})
+	if err != nil {
+		return fmt.Errorf("node: raft: %w", err)
+	}
+	recovered := slices.Contains(cp.host.RecoveredGroups(), replication.GroupID(cluster.MetadataGroup))
+	if !recovered && !cl.BootstrapEnabled() {
+		return fmt.Errorf("node: this node has no cluster state and cluster.bootstrap is false: " +
+			"joining an existing cluster is not supported yet; set bootstrap = true on every initial member")
+	}
+	if err := cp.host.Start(); err != nil {
+		return fmt.Errorf("node: raft: %w", err)
+	}
+	return nil
+}
+
+// startCluster restores the metadata and starts the membership.
+func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port uint16, log *slog.Logger) error {
+	cl := cfg.Cluster
+	m, err := cluster.NewMachine(metaPersister{db: cp.db}, log.With("part", "metadata"))
+	if err != nil {
+		return err
+	}
+	var peers []cluster.Node
+	var self cluster.Node
+	for _, p := range cl.Peers {
+		n := cluster.Node{ID: cluster.NodeID(p.ID), Name: p.Name, NVMeAddr: p.NVMe, RaftAddr: p.Raft, APIAddr: p.API}
+		if p.ID == cl.NodeID {
+			n.NVMeAddr, n.Name = cfg.NVMe.Advertise, cfg.Node.Name
+			self = n
+		}
+		peers = append(peers, n)
+	}
+	var replicas cluster.Replicas = cluster.FileReplicas{Dir: filepath.Join(cfg.Node.DataDir, "replicas")}
+	src := metrics.Sources{Target: t.Stats}
+	if cp.store != nil {
+		replicas, src.Store = storeReplicas{s: cp.store}, storeSample(cp.store)
+	}
+	src.Cluster = func() cluster.LocalStatus { return cp.cluster.Local() }
+	cp.metrics = metrics.New(src, clock.Real())
+	cp.cluster, err = cluster.Start(cluster.Config{
+		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host}, Replicas: replicas,
+		Target: t, Port: port, Forward: api.NewClient("").Forwarder(),
+		Wrap: func(v *cluster.Volume, b backend.Backend) backend.Backend {
+			return cp.metrics.WrapVolume(v.Name, b)
+		},
+		Unwrap: func(v *cluster.Volume) { cp.metrics.ForgetVolume(v.Name) },
+		Clock:  clock.Real(), Logger: log.With("part", "cluster"),
+	})
+	return err
+}
+
+// startAPI serves the HTTP API and /metrics.
+func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) error {
+	ln, err := net.Listen("tcp", cfg.Cluster.APIListen)
+	if err != nil {
+		return fmt.Errorf("node: API listen %s: %w", cfg.Cluster.APIListen, err)
+	}
+	cp.apiLn = ln
+	h := api.NewServer(api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api")})
+	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	cp.log.Info("API listening", "addr", ln.Addr().String())
+	go func() {
+		if err := cp.apiSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	}()
+	return nil
+}
+
+// APIAddr returns the bound address of a cluster node's API, or nil.
+func (n *Node) APIAddr() net.Addr {
+	if n.cl == nil || n.cl.apiLn == nil {
+		return nil
+	}
+	return n.cl.apiLn.Addr()
+}
+
+// Cluster returns a cluster node's membership, or nil.
+func (n *Node) Cluster() *cluster.Cluster {
+	if n.cl == nil {
+		return nil
+	}
+	return n.cl.cluster
+}
+
+func (cp *clusterParts) shutdownAPI(ctx context.Context) error {
+	cp.apiOnce.Do(func() {
+		if cp.apiSrv != nil {
+			cp.apiErr = cp.apiSrv.Shutdown(ctx)
+		}
+	})
+	return cp.apiErr
+}
+
+// close stops the membership and the Raft host, then takes the volumes
+// down (in that order, so that no group applies to a closed replica).
+func (cp *clusterParts) close() error {
+	var errs []error
+	if cp.cluster != nil {
+		cp.cluster.Stop()
+	}
+	if cp.host != nil {
+		if err := cp.host.Close(); err != nil && !errors.Is(err, replication.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if cp.cluster != nil {
+		errs = append(errs, cp.cluster.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// closeStorage closes the store, the Raft log region and the metadata.
+func (cp *clusterParts) closeStorage() error {
+	var errs []error
+	if cp.store != nil {
+		errs = append(errs, cp.store.Close())
+	}
+	if cp.raftLog != nil {
+		errs = append(errs, cp.raftLog.Close())
+	}
+	if cp.db != nil {
+		errs = append(errs, cp.db.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,143 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"basalt/pkg/api"
+	"basalt/pkg/config"
+	"basalt/pkg/nvme/host"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// oneNodeConfig writes the file of a one-node cluster in dir.
+func oneNodeConfig(t *testing.T, dir string, withStore bool) *config.Config {
+	t.Helper()
+	nvme, apiAddr, raft := freeAddr(t), freeAddr(t), freeAddr(t)
+	text := fmt.Sprintf(`
+[node]
+data_dir = %q
+[cluster]
+node_id = 1
+  [[cluster.peer]]
+  id = 1
+  raft = %q
+  nvme = %q
+  api = %q
+[raft_log]
+size = "16MiB"
+`, dir, raft, nvme, apiAddr)
+	if withStore {
+		text += fmt.Sprintf("[store]\ndrives = [%q, %q, %q]\ndrive_size = \"64MiB\"\nbuffer = %q\nbuffer_size = \"16MiB\"\nchunk_size = \"16KiB\"\nsegment_stripes = 4\n",
+			filepath.Join(dir, "d0"), filepath.Join(dir, "d1"), filepath.Join(dir, "d2"), filepath.Join(dir, "wbuf"))
+	}
+	p := filepath.Join(dir, "basaltd.toml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
+	for _, withStore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("store=%v", withStore), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := oneNodeConfig(t, dir, withStore)
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			n, err := Start(cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			client := api.NewClient(n.APIAddr().String())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var v api.VolumeView
+			for {
+				v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20})
+				if err == nil || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond) // until the node registered itself
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.RF != 1 {
+				t.Errorf("default rf on one node: %d", v.RF)
+			}
+			data := bytes.Repeat([]byte("basalt!!"), 512)
+			rw := func(write bool) {
+				t.Helper()
+				var c *host.Controller
+				var err error
+				for c == nil {
+					c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN})
+					if err != nil && ctx.Err() != nil {
+						t.Fatal(err)
+					}
+					if err != nil {
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				defer c.Close()
+				mp := host.NewMultiPath(c)
+				if write {
+					if err := mp.Write(ctx, 1, 7, data, true); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				got := make([]byte, len(data))
+				if err := mp.Read(ctx, 1, 7, got); err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, data))
+				}
+			}
+			rw(true)
+			if err := n.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n, err = Start(cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer n.Close()
+			rw(false)
+			st, err := client.Cluster(ctx)
+			if err != nil || st.Volumes != 1 {
+				t.Fatalf("cluster after restart: %v %+v", err, st)
+			}
+		})
+	}
+}
+
+func TestClusterNodeRefusesToJoinWithoutBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	cfg := oneNodeConfig(t, dir, false)
+	off := false
+	cfg.Cluster.Bootstrap = &off
+	if n, err := Start(cfg, slog.New(slog.DiscardHandler)); err == nil {
+		n.Close()
+		t.Fatal("a node without state and without bootstrap started")
+	}
+}

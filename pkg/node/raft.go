@@ -1,0 +1,122 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"basalt/pkg/backend"
+	"basalt/pkg/cluster"
+	"basalt/replication"
+)
+
+// raftReplicator adapts a replication.Host to cluster.Replicator.
+type raftReplicator struct{ h *replication.Host }
+
+func toReplIDs(ids []cluster.NodeID) []replication.NodeID {
+	out := make([]replication.NodeID, len(ids))
+	for i, id := range ids {
+		out[i] = replication.NodeID(id)
+	}
+	return out
+}
+
+func (r raftReplicator) StartMetadata(members []cluster.NodeID, m *cluster.Machine) (cluster.Group, error) {
+	g, err := r.h.AddGroup(replication.GroupID(cluster.MetadataGroup), toReplIDs(members), m)
+	if err != nil {
+		return nil, err
+	}
+	return newRaftGroup(g), nil
+}
+
+func (r raftReplicator) OpenVolume(id cluster.GroupID, members []cluster.NodeID, local backend.Backend) (cluster.Group, backend.Backend, error) {
+	g, err := r.h.AddGroup(replication.GroupID(id), toReplIDs(members), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	v := replication.NewVolume(g, local)
+	return newRaftGroup(g), v, nil
+}
+
+func (r raftReplicator) CloseVolume(id cluster.GroupID, deleteLog bool) error {
+	if !deleteLog {
+		return nil // the host was closed first; the log stays for the next start
+	}
+	err := r.h.RemoveGroup(replication.GroupID(id))
+	if errors.Is(err, replication.ErrUnknownGroup) || errors.Is(err, replication.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (r raftReplicator) DropDormant(keep func(cluster.GroupID) bool) error {
+	var errs []error
+	for _, id := range r.h.RecoveredGroups() {
+		if !keep(cluster.GroupID(id)) {
+			errs = append(errs, r.h.RemoveGroup(id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// raftGroup adapts a replication.Group to cluster.Group.
+type raftGroup struct{ g *replication.Group }
+
+func newRaftGroup(g *replication.Group) raftGroup { return raftGroup{g: g} }
+
+// mapErr marks the replication layer's leadership errors with the cluster
+// sentinels, so that Submit retries on them.
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, replication.ErrNotLeader):
+		return fmt.Errorf("%w: %w", cluster.ErrNotLeader, err)
+	case errors.Is(err, replication.ErrNoLeader), errors.Is(err, replication.ErrProposalDropped):
+		return fmt.Errorf("%w: %w", cluster.ErrNoLeader, err)
+	}
+	return err
+}
+
+func (rg raftGroup) Propose(ctx context.Context, data []byte) error {
+	return mapErr(rg.g.Propose(ctx, data))
+}
+
+func (rg raftGroup) ReadBarrier(ctx context.Context) error { return mapErr(rg.g.ReadBarrier(ctx)) }
+func (rg raftGroup) Leader() cluster.NodeID                { return cluster.NodeID(rg.g.Leader()) }
+func (rg raftGroup) IsLeader() bool                        { return rg.g.IsLeader() }
+
+// Watch converts the group's leader channel (one value, latest wins).
+func (rg raftGroup) Watch() <-chan cluster.NodeID {
+	src := rg.g.Watch()
+	out := make(chan cluster.NodeID, 1)
+	go func() {
+		defer close(out)
+		for id := range src {
+			select {
+			case <-out:
+			default:
+			}
+			out <- cluster.NodeID(id)
+		}
+	}()
+	return out
+}
+
+func (rg raftGroup) Status() cluster.GroupStatus {
+	s := rg.g.Status()
+	st := cluster.GroupStatus{
+		Leader: cluster.NodeID(s.Leader), Role: string(s.Role), Term: s.Term, Commit: s.Commit, Applied: s.Applied,
+		LastIndex: s.LastIndex, CommitLatency: s.CommitLatency.Seconds(),
+	}
+	if s.Err != nil {
+		st.Err = s.Err.Error()
+	}
+	if len(s.Peers) > 0 {
+		st.Progress = map[cluster.NodeID]uint64{}
+		for _, p := range s.Peers {
+			st.Progress[cluster.NodeID(p.Node)] = p.Match
+		}
+	}
+	return st
+}

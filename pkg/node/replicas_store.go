@@ -1,0 +1,101 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"basalt/pkg/cluster"
+	"basalt/pkg/meta"
+	"basalt/pkg/metrics"
+	"basalt/pkg/store"
+)
+
+// storeSample converts the store's statistics for the metrics.
+func storeSample(st *store.Store) func() metrics.StoreSample {
+	return func() metrics.StoreSample {
+		s := st.Stats()
+		out := metrics.StoreSample{
+			CapacityBytes: s.CapacityBytes, UsedBytes: s.UsedBytes, BufferedBytes: s.BufferedBytes, Volumes: s.Volumes,
+			FreeSegments: s.FreeSegments, OpenSegments: s.OpenSegments, SealedSegments: s.SealedSegments,
+			BufferMode: s.BufferMode, BufferSize: s.BufferSize, BufferUsed: s.BufferUsed, BufferRecords: s.BufferRecords,
+			HostBlocks: s.HostBlocks, DestagedBlocks: s.DestagedBlocks, RelocatedBlocks: s.RelocatedBlocks,
+			PaddingBlocks: s.PaddingBlocks, GCRuns: s.GCRuns, WriteAmplification: s.WriteAmplification,
+			DestageRate: s.DestageRate, Stripes: s.Stripes, Checkpoints: s.Checkpoints, DegradedReads: s.DegradedReads,
+			Repairs: s.Repairs, Unrecoverable: s.Unrecoverable, Failed: s.Failed,
+		}
+		for _, d := range s.Drives {
+			out.Drives = append(out.Drives, metrics.DriveSample{Index: d.Index, State: d.State, Reads: d.Reads,
+				Writes: d.Writes, Errors: d.Errors})
+		}
+		return out
+	}
+}
+
+// metaPersister keeps the cluster metadata record in the node's metadata
+// store (badger, under the key "cluster/state"; see pkg/meta cluster.go).
+// Each Save is one synced transaction.
+type metaPersister struct{ db *meta.DB }
+
+func (p metaPersister) Load() ([]byte, bool, error) { return p.db.ClusterState() }
+
+func (p metaPersister) Save(record []byte) error {
+	return p.db.Update(func(tx *meta.Tx) error { return tx.PutClusterState(record) })
+}
+
+// storeReplicas keeps replicas as volumes of the node's log-structured
+// store (thin: a replica takes space only for what was written).
+type storeReplicas struct{ s *store.Store }
+
+// resizer is implemented by a store that can grow a volume in place.
+type resizer interface {
+	ResizeVolume(name string, size int64) error
+}
+
+// Open implements cluster.Replicas.
+func (r storeReplicas) Open(name string, size int64) (cluster.Replica, error) {
+	v, err := r.s.Volume(name)
+	if errors.Is(err, store.ErrNoVolume) {
+		v, err = r.s.CreateVolume(name, size)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: replica %s: %w", name, err)
+	}
+	return storeReplica{Volume: v, s: r.s}, nil
+}
+
+// Delete implements cluster.Replicas.
+func (r storeReplicas) Delete(name string) error {
+	err := r.s.DeleteVolume(name)
+	if err != nil && !errors.Is(err, store.ErrNoVolume) {
+		return fmt.Errorf("cluster: while deleting replica %s: %w", name, err)
+	}
+	return nil
+}
+
+// List implements cluster.Replicas.
+func (r storeReplicas) List() ([]string, error) {
+	var out []string
+	for _, v := range r.s.Volumes() {
+		if !v.Deleted {
+			out = append(out, v.Name)
+		}
+	}
+	return out, nil
+}
+
+type storeReplica struct {
+	*store.Volume
+	s *store.Store
+}
+
+// Grow grows the store volume if the store supports it.
+func (r storeReplica) Grow(size int64) error {
+	if size <= r.Size() {
+		return nil
+	}
+	rs, ok := any(r.s).(resizer)
+	if !ok {
+		return fmt.Errorf("%w: the store cannot grow volume %s yet", cluster.ErrUnsupported, r.Name())
+	}
+	return rs.ResizeVolume(r.Name(), size)
+}

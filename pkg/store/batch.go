@@ -1,0 +1,325 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"basalt/cache"
+	"basalt/pkg/meta"
+)
+
+// flight is a batch whose stripes are being written.
+type flight struct {
+	b    *batch
+	n    int       // stripes written
+	sums []summary // their summaries
+	done chan struct{}
+	lost int // columns whose write or sync failed; valid after done
+}
+
+// flushStream encodes the closed stripes of the stream's batch (and with pad
+// its partial one too) and writes them: the host stream's batch in the
+// background, while the writer fills the next one; the cleaner's at once.
+// A partial stripe left behind moves to the next batch. Before anything is
+// encoded, every batch in flight is completed (written, applied), so that
+// stripes are applied in sequence order.
+func (w *writer) flushStream(st *stream, pad bool) error {
+	if err := w.completeAll(); err != nil {
+		return err
+	}
+	b := st.fill
+	if sb := b.current(); sb != nil && pad {
+		if len(sb.entries) == 0 {
+			w.dropEmptyStripe(st, b)
+		} else {
+			w.closeStripe(st, sb)
+		}
+	}
+	n := b.closedStripes()
+	if n == 0 {
+		return nil
+	}
+	fl := &flight{b: b, n: n, sums: make([]summary, n), done: make(chan struct{})}
+	for rel := range n {
+		if err := w.encodeStripe(b, rel, &fl.sums[rel]); err != nil {
+			return err
+		}
+	}
+	st.fill, st.idle = st.idle, nil
+	w.carry(b, st.fill, n)
+	st.flight = fl
+	if w.s.opts.synchronous || st.kind != streamHost {
+		w.writeFlight(fl)
+	} else {
+		go w.writeFlight(fl)
+	}
+	if st.kind != streamHost {
+		return w.complete(st)
+	}
+	return nil
+}
+
+// dropEmptyStripe removes an empty current stripe from b, giving its stripe
+// index back to the stream.
+func (w *writer) dropEmptyStripe(st *stream, b *batch) {
+	sb := b.stripes[len(b.stripes)-1]
+	b.stripes = b.stripes[:len(b.stripes)-1]
+	b.spare = append(b.spare, sb)
+	if st.seg == nil {
+		st.seg, st.geom = b.seg, b.geom // it was the segment's last stripe
+	}
+	st.next--
+	if len(b.stripes) == 0 {
+		b.seg, b.geom = nil, nil
+	}
+}
+
+// carry moves the partial stripe after the first n of from (if any) to the
+// front of the empty batch to, which continues the same segment.
+func (w *writer) carry(from, to *batch, n int) {
+	to.stripes, to.seg, to.geom = to.stripes[:0], nil, nil
+	if len(from.stripes) == n {
+		return
+	}
+	size := w.s.lay.chunkSize
+	for c := range from.cols {
+		copy(to.cols[c][:size], from.cols[c][n*size:(n+1)*size])
+		clear(from.cols[c][n*size : (n+1)*size])
+	}
+	to.stripes = append(to.stripes, from.stripes[n])
+	from.stripes = from.stripes[:n]
+	to.seg, to.geom, to.first = from.seg, from.geom, from.first+n
+	to.limit = min(to.room, w.s.lay.segStripes-to.first)
+}
+
+// writeFlight writes the flight's stripes, one I/O per drive in parallel,
+// then syncs the drives, and counts the columns that failed.
+func (w *writer) writeFlight(fl *flight) {
+	defer close(fl.done)
+	b := fl.b
+	columns := b.geom.columns
+	off := w.s.lay.chunkOffset(b.seg.id, b.first)
+	failed := make([]bool, len(columns))
+	w.s.parallel(len(columns), func(c int) {
+		failed[c] = w.s.writeDrive(columns[c], b.cols[c][:fl.n*w.s.lay.chunkSize], off, false) != nil
+	})
+	w.s.parallel(len(columns), func(c int) {
+		if !failed[c] {
+			failed[c] = w.s.syncDrive(columns[c], false) != nil
+		}
+	})
+	for _, f := range failed {
+		if f {
+			fl.lost++
+		}
+	}
+}
+
+// completeAll completes the batches in flight.
+func (w *writer) completeAll() error {
+	if err := w.complete(w.host); err != nil {
+		return err
+	}
+	return w.complete(w.gc)
+}
+
+// flightDone returns the channel closed when the host batch in flight is
+// written, or nil if none is.
+func (w *writer) flightDone() <-chan struct{} {
+	if fl := w.host.flight; fl != nil {
+		return fl.done
+	}
+	return nil
+}
+
+// complete waits for the stream's batch in flight, and applies it: the
+// stripes are accepted if no stripe lost more chunks than it has parity
+// (a failed drive was marked so, and the stripes are read degraded).
+func (w *writer) complete(st *stream) error {
+	fl := st.flight
+	if fl == nil {
+		return nil
+	}
+	<-fl.done
+	st.flight = nil
+	b := fl.b
+	if fl.lost > b.geom.shape.parity {
+		st.idle = b
+		return fmt.Errorf("%w: %d of %d chunks of stripes %d..%d of %v could not be written",
+			errUnrecoverable, fl.lost, len(b.geom.columns), b.first, b.first+fl.n-1, b.seg.id)
+	}
+	w.s.counters.stripes.Add(uint64(fl.n))
+	w.durable = fl.sums[fl.n-1].seq
+	for rel := range fl.n {
+		w.applyBatched(st, b, rel, &fl.sums[rel])
+	}
+	if st.kind == streamGC && st.fill.empty() {
+		// Every relocation copied so far is applied: the victims are what
+		// the maps say they are again.
+		for _, g := range w.s.segs {
+			g.cleaning = false
+		}
+	}
+	return w.afterBatch(st, fl)
+}
+
+// afterBatch updates the segment once a flight is applied, releases the
+// buffer records it completes, recycles its buffers and seals a segment
+// whose last stripe it wrote.
+func (w *writer) afterBatch(st *stream, fl *flight) error {
+	b := fl.b
+	g := b.seg
+	g.written.Store(int32(b.first + fl.n))
+	var bufferSeq uint64
+	for _, sb := range b.stripes[:fl.n] {
+		bufferSeq = max(bufferSeq, sb.bufferSeq)
+		sb.reset()
+	}
+	b.spare = append(b.spare, b.stripes[:fl.n]...)
+	b.stripes, b.seg, b.geom = b.stripes[:0], nil, nil
+	for _, col := range b.cols {
+		clear(col[:fl.n*w.s.lay.chunkSize])
+	}
+	st.idle = b
+	if bufferSeq > uint64(w.released) {
+		if err := w.release(cache.Seq(bufferSeq)); err != nil {
+			return err
+		}
+	}
+	if b.first+fl.n == w.s.lay.segStripes {
+		return w.seal(g)
+	}
+	return nil
+}
+
+// encodeStripe assigns stripe rel its sequence, computes its parity and the
+// parity checksums, and writes its summary into every chunk. An error is a
+// bug (the codec refusing a stripe of its own geometry).
+func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
+	sb := b.stripes[rel]
+	sh := b.geom.shape
+	size := w.s.lay.chunkSize
+	seq := w.nextSeq
+	w.nextSeq++
+	*sum = summary{blocks: sh.summaryBlocks, seq: seq, durable: w.durable, bufferSeq: sb.bufferSeq,
+		segment: b.seg.id, gen: b.geom.gen, stripe: uint32(b.first + rel), data: sh.data,
+		parity: sh.parity, stream: b.seg.stream, entries: sb.entries}
+	head := sh.summaryBlocks * BlockSize
+	chunks := make([][]byte, sh.width())
+	for c := range chunks {
+		chunks[c] = b.chunk(rel, c, size)[head:]
+	}
+	if err := sh.full.Encode(chunks); err != nil {
+		return fmt.Errorf("store: while encoding a %d+%d stripe: %w", sh.data, sh.parity, err)
+	}
+	sum.paritySums = make([]uint32, 0, sh.parity*sh.payload)
+	for p := range sh.parity {
+		for r := range sh.payload {
+			sum.paritySums = append(sum.paritySums, blockSum(chunks[sh.data+p][r*BlockSize:(r+1)*BlockSize]))
+		}
+	}
+	first := b.chunk(rel, 0, size)[:head]
+	encodeSummary(first, sum)
+	for c := 1; c < sh.width(); c++ {
+		copy(b.chunk(rel, c, size)[:head], first)
+	}
+	b.seg.lastSeq = seq
+	return nil
+}
+
+// parallel runs fn(0..n-1) concurrently and waits (sequentially in the
+// synchronous test mode).
+func (s *Store) parallel(n int, fn func(i int)) {
+	if s.opts.synchronous {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// errUnrecoverable wraps losses beyond parity.
+var errUnrecoverable = errors.New("store: more chunks lost than the stripe has parity")
+
+// applyBatched applies a written stripe of the batch and, for the host
+// stream, forgets the overlay versions it made durable.
+func (w *writer) applyBatched(st *stream, b *batch, rel int, sum *summary) {
+	w.s.applyStripe(b.seg.id, b.geom.shape, sum, w.account)
+	w.applied = sum.seq
+	w.sinceCkpt++
+	data := 0
+	for _, e := range sum.entries {
+		if e.kind.hasData() {
+			data++
+		}
+	}
+	c := &w.s.counters
+	c.paddingBlocks.Add(uint64(b.geom.shape.slots - data))
+	if st.kind != streamHost {
+		c.relocatedBlocks.Add(uint64(data))
+		return
+	}
+	c.destagedBlocks.Add(uint64(data))
+	w.appliedBuf = max(w.appliedBuf, sum.bufferSeq)
+	w.forgetDestaged(sum.entries, b.stripes[rel].seqs)
+}
+
+// forgetDestaged tells the overlays that the versions in entries (made by
+// records seqs) are in the maps now, one lock per run of entries of a
+// volume.
+func (w *writer) forgetDestaged(entries []summaryEntry, seqs []cache.Seq) {
+	for start := 0; start < len(entries); {
+		end := start + 1
+		for end < len(entries) && entries[end].vol == entries[start].vol {
+			end++
+		}
+		if v := w.s.volumeByID(entries[start].vol); v != nil {
+			v.ov.destagedAll(entries[start:end], seqs[start:end])
+		}
+		start = end
+	}
+}
+
+// applyStripe applies a stripe's summary to the maps, entry by entry, in
+// order: a write maps its block, a relocation maps its block only if the map
+// still points at the source, an unmap unmaps. Entries of unknown volumes or
+// beyond a volume's end are skipped. account is told of every change. It is
+// used by the writer and by recovery, which is what makes recovery replay
+// exactly what the writer did.
+func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account func(*volume, entry, entry)) {
+	q := 0
+	for _, e := range sum.entries {
+		var pbn PBN
+		if e.kind.hasData() {
+			pbn = s.lay.pbn(seg, sh, int(sum.stripe), q)
+			q++
+		}
+		v := s.volumeByID(e.vol)
+		if v == nil || e.lba >= v.blocks {
+			continue
+		}
+		switch e.kind {
+		case kindWrite:
+			ne := makeEntry(pbn, e.sum)
+			account(v, v.lmap.set(e.lba, ne), ne)
+		case kindRelocate:
+			if v.lmap.get(e.lba) != entry(uint64(e.sum)<<32|uint64(e.from)) {
+				continue
+			}
+			ne := makeEntry(pbn, e.sum)
+			account(v, v.lmap.set(e.lba, ne), ne)
+		case kindUnmap:
+			v.lmap.unmapRange(e.lba, uint64(e.sum), func(old entry) { account(v, old, 0) })
+		}
+	}
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"fmt"
+
+	"basalt/cache"
+)
+
+// pack moves published write-buffer records, oldest first, into the host
+// stream's batch until the batch is full or no record is left. A block
+// whose overlay shows a newer version is skipped (the newer one will be
+// destaged instead); a record of a deleted volume is skipped whole. It
+// returns errNoSegment when the stream needs a segment and none is free;
+// the position is kept, and packing resumes there later.
+func (w *writer) pack() (bool, error) {
+	st := w.host
+	progress := false
+	limit := w.s.pub.published()
+	for w.nextPack <= limit {
+		if st.batchFull() {
+			return progress, nil
+		}
+		seq := w.nextPack
+		kind, payload, err := w.s.buf.Read(seq, w.scratch)
+		if err != nil {
+			return progress, fmt.Errorf("store: while reading write-buffer record %v: %w", seq, err)
+		}
+		w.scratch = payload[:0]
+		r, err := decodeRecord(kind, payload)
+		if err != nil {
+			return progress, fmt.Errorf("%w: record %v: %w", ErrCorrupt, seq, err)
+		}
+		done, err := w.packRecord(st, seq, &r)
+		if err != nil {
+			return progress, err
+		}
+		progress = true
+		if !done {
+			return progress, nil
+		}
+		w.packIndex, w.lastComplete = 0, seq
+		w.nextPack++
+	}
+	return progress, nil
+}
+
+// packRecord packs what is left of record seq; done is false when the batch
+// filled first (w.packIndex says where to resume).
+func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, err error) {
+	v := w.s.volumeByID(r.vol)
+	if v == nil {
+		return true, nil
+	}
+	if r.kind == recordUnmap {
+		if err := w.room(st, false); err != nil {
+			return false, err
+		}
+		w.addUnmap(st, summaryEntry{kind: kindUnmap, vol: r.vol, lba: r.lba, sum: uint32(r.count)}, seq)
+		return true, nil
+	}
+	for i := w.packIndex; i < r.count; i++ {
+		lba := r.lba + uint64(i)
+		if lba >= v.blocks || !v.ov.current(lba, seq, i) {
+			continue
+		}
+		// The block is not checksummed again here: the buffer's Read has just
+		// verified the whole record, sums included, against its CRC.
+		block, sum := r.block(i), r.sum(i)
+		if st.batchFull() {
+			w.packIndex = i
+			return false, nil
+		}
+		if err := w.room(st, true); err != nil {
+			w.packIndex = i
+			return false, err
+		}
+		w.addData(st, summaryEntry{kind: kindWrite, vol: r.vol, lba: lba, sum: sum}, seq, block)
+	}
+	return true, nil
+}

@@ -1,0 +1,204 @@
+// Package store is a node's log-structured block store: host writes are
+// acknowledged once persisted in the write buffer (package cache, on
+// persistent memory), then destaged in the background as full erasure-coded
+// stripes appended to the node's drives, and found again after any crash.
+//
+// A Store owns N drives (disk.Drive), one write-buffer region (pmem.Region)
+// and a metadata store (package meta, badger). It serves thin volumes;
+// *Volume implements backend.Backend with 4096-byte blocks.
+//
+// # Write path
+//
+// WriteAt appends one write-buffer record per run of at most 256 blocks
+// (volume, LBA, per-block CRC32C, data). When Append returns, the record
+// is persisted: WriteAt enters it into the volume's overlay (LBA → newest
+// buffered version) and returns. Trim and WriteZeroes append an unmap
+// record the same way; unmapped blocks read as zeros.
+//
+// The writer goroutine (one per store, the only code that changes the maps,
+// the segment table and the drives' data region) reads the records in
+// order and packs the blocks that are still the newest version of their
+// LBA into stripes; overwritten versions are skipped (write absorption).
+// Full stripes are written in batches: parity computed (package ec), the
+// summary copied into every chunk, one write per drive in parallel, one
+// sync per drive. Then the stripes' entries are applied to the maps, the
+// overlay forgets those versions, and the write buffer releases the records
+// they complete. The writer fills the next batch while the drives write the
+// previous one; at most one batch is in flight, and it is applied before
+// any later stripe is encoded, so stripes are applied in sequence order.
+//
+// Partial stripes: a stripe is written when full. A partial one is padded
+// (empty slots are zero) and written only when (a) no write has arrived for
+// Options.PartialStripeDelay, (b) the write buffer is fuller than
+// Options.BufferHighWater, (c) Flush or FUA on a write buffer that does not
+// survive power loss (tmpfs), or Store.Flush, (d) Close, (e) a segment is
+// closed early (drive failure, re-striping). Otherwise data waits in the
+// (persistent) write buffer, where it is already durable. (c) makes a
+// flush-heavy host pay a padded stripe per flush on a volatile buffer: the
+// price of being honest about durability there.
+//
+// # Read path
+//
+// A block is read from the write buffer if its overlay has a version, else
+// through the map from its drive (one aligned read for a run of adjacent
+// blocks), verified against the checksum in its map entry. A block that
+// fails it, or whose drive fails, is reconstructed from the other chunks of
+// its stripe row and the checksums in the stripe summary, checked against
+// the same checksum, and written back in place. A block that cannot be
+// reconstructed is an error wrapping backend.ErrMedia, never wrong data.
+//
+// # Segments, stripes and addressing
+//
+// Beyond the 1 MiB each drive reserves (package disk), the drives are cut
+// into segments: segment g occupies bytes [1 MiB + g*S*C, 1 MiB +
+// (g+1)*S*C) of every drive, S = SegmentStripes and C = ChunkSize. Stripe
+// j of a segment is chunk j of that range on each drive the segment uses.
+// A segment is opened with the geometry of the moment (k data + m parity
+// chunks over the healthy drives: ec.Narrower after a loss), filled stripe
+// after stripe, sealed, cleaned, freed, and opened again with its
+// generation incremented.
+//
+// Every chunk of a stripe starts with s summary blocks (the same summary in
+// every chunk: any one surviving drive tells what the stripe holds) and
+// holds P = C/4096 - s payload blocks. Parity is computed over the payload
+// rows only, so the summary can carry the parity blocks' checksums. Data
+// chunk c of stripe j sits in column (c+j) mod (k+m) of the segment:
+// chunks rotate, so data reads spread over every drive.
+//
+//	one chunk (C bytes) on one drive:
+//	+------------------+------------------------------------------+
+//	| summary (s blks) | payload: P blocks (data slots or parity) |
+//	+------------------+------------------------------------------+
+//
+// Data slot q (0 <= q < k*P) of a stripe is block s + q mod P of data
+// chunk q / P. A PBN (physical block number) numbers the data slots:
+//
+//	pbn = segment*stride + stripe*(k*P) + q,   stride = S * (kmax*Pmax)
+//
+// where kmax*Pmax is the slot count of the full-width geometry. 2^32-1
+// PBNs bound a node to 16 TiB of data slots.
+//
+// # Map entry
+//
+// Each volume's map is a directory of chunks of 4096 packed uint64 entries
+// (lbamap.go): 8 bytes per block, nothing for never-written 16 MiB ranges.
+//
+//	bit   63 .. 32                         31 .. 0
+//	      +--------------------------------+--------------------------------+
+//	      | CRC32C of the block's data     | PBN + 1  (0 = unmapped)        |
+//	      +--------------------------------+--------------------------------+
+//
+// The checksum in the entry, apart from the block, is what catches a
+// misdirected or lost write: a stale block at the right place fails it.
+//
+// # Stripe summary (version 1)
+//
+// s*4096 bytes at the start of every chunk of the stripe, little-endian.
+//
+//	offset    size  field
+//	     0       4  magic "BSUM"
+//	     4       2  version = 1
+//	     6       2  s: summary blocks per chunk
+//	     8       8  stripe sequence number (> 0; global, +1 per stripe)
+//	    16       8  durable: every stripe with a lower or equal sequence was
+//	                synced before this one was written (< sequence)
+//	    24       8  buffer seq: write-buffer records <= this are destaged by
+//	                the stripes up to this one (host stripes; 0 otherwise)
+//	    32       4  segment
+//	    36       4  segment generation (its life)
+//	    40       4  stripe index in the segment
+//	    44       1  k: data chunks
+//	    45       1  m: parity chunks
+//	    46       1  stream: 1 host writes, 2 relocated blocks
+//	    47       1  zero
+//	    48       2  parity checksum count = m*P
+//	    50       2  entry count E
+//	    52      12  zero
+//	    64    4m*P  CRC32C of each parity payload block, parity chunk by
+//	                parity chunk, row by row
+//	64+4mP    24*E  entries (below), in the order they were made
+//	     ...        zero
+//	s*4096-4     4  CRC32C of every byte before it
+//
+//	entry (24 bytes):
+//	offset  size  field
+//	     0     8  LBA
+//	     8     4  volume ID (> 0)
+//	    12     4  write/relocate: CRC32C of the block; unmap: block count (> 0)
+//	    16     4  relocate: PBN+1 the block is moved from; otherwise 0
+//	    20     1  kind: 1 write, 2 relocate, 3 unmap
+//	    21     3  zero
+//
+// Write and relocate entries take the data slots in order: the i-th such
+// entry's block is slot i. Slots after the last are padding and hold zeros.
+// Applying a summary (to the map, in entry order) is: write maps the LBA to
+// its slot; relocate does so only if the map still points at the source (a
+// compare-and-swap: the cleaner's copy loses to a host write that came in
+// meanwhile); unmap unmaps the range. The entries are the segment summary
+// of the issue: a segment's summary is the concatenation of its stripes'.
+//
+// # Write-buffer record payloads
+//
+// Kind 1, write of n blocks (1 <= n <= 256), little-endian:
+//
+//	offset      size    field
+//	     0         4    volume ID (> 0)
+//	     4         4    n
+//	     8         8    first LBA
+//	    16       4*n    CRC32C of each block
+//	16+4n   4096*n    data
+//
+// Kind 2, unmap of n blocks (1 <= n <= 2^30):
+//
+//	offset  size  field
+//	     0     4  volume ID (> 0)
+//	     4     4  n
+//	     8     8  first LBA
+//
+// The cache's own header and checksum wrap these (package cache, doc.go).
+//
+// # Checkpoints and recovery
+//
+// The writer checkpoints every volume's map to the metadata (package meta)
+// every CheckpointInterval, every CheckpointStripes stripes, when the
+// cleaner waits for one, and at Close. A checkpoint is a consistent cut:
+// the maps after exactly the stripes up to some sequence Seq.
+//
+// Open recovers: (1) the latest checkpoint; (2) the summaries of the
+// segments that may hold later stripes (open ones, and those sealed after
+// Seq), taken in each segment from stripe 0 while intact, of the current
+// generation, increasing, and not past the seal; (3) those stripes applied
+// in sequence order from Seq+1 while there is no gap, each one above every
+// summary's durable mark read back whole first (it may have been torn by the
+// crash; it ends the replay if it is); (4) segments open at the crash sealed
+// at their last applied stripe; (5) live counts recomputed from the maps;
+// (6) the write buffer: records the applied stripes destaged are released,
+// the others entered into the overlays and destaged again. Since applying
+// a stripe is the same function at runtime and in recovery, in the same
+// order, the recovered maps are exactly the runtime ones at the last
+// applied stripe; the write buffer holds everything acknowledged since.
+//
+// A segment is freed only when it holds no live block, is sealed, and the
+// checkpoint in force covers all its stripes: recovery never needs its
+// summaries again, and a relocation's compare-and-swap only compares
+// addresses, so the cleaned segment's content is not needed either.
+//
+// # Cleaning
+//
+// The cleaner runs when fewer than GCLowSegments are free, until
+// GCHighSegments are: it picks a sealed victim (cost-benefit by default,
+// or greedy), reads its summaries, and relocates the blocks the maps still
+// point at into its own stream of stripes (cold data apart from host
+// writes). Write amplification = (destaged + relocated) / destaged blocks.
+//
+// # Drive failure
+//
+// A drive that fails an I/O with disk.ErrDriveFailed, or fails a write, is
+// marked failed (and recorded). Reads reconstruct its chunks; open segments
+// using it are padded, written and sealed, and new segments use the
+// survivors with ec.Narrower's geometry. A stripe write is accepted as long
+// as no more than m of its chunks failed. Rebuild restores full protection
+// onto a replacement drive (ReplaceDrive) or, without one, by re-striping
+// every segment that used the lost slot. Losses beyond parity give
+// backend.ErrMedia.
+package store

@@ -1,0 +1,253 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"basalt/ec"
+	"basalt/pkg/clock"
+	"basalt/pkg/disk"
+	"basalt/pkg/meta"
+	"basalt/pkg/pmem"
+)
+
+// GCPolicy chooses the segment the garbage collector cleans next.
+type GCPolicy uint8
+
+const (
+	// GCCostBenefit picks the sealed segment with the highest
+	// (1-u)*age/(1+u), u its live fraction and age the stripes written since
+	// it was sealed (Rosenblum and Ousterhout's LFS cleaner): it lets
+	// recently written segments, whose blocks are still being overwritten,
+	// empty on their own, and cleans cold segments even when moderately full.
+	// The default.
+	GCCostBenefit GCPolicy = iota
+	// GCGreedy picks the sealed segment with the fewest live blocks.
+	GCGreedy
+)
+
+func (p GCPolicy) String() string {
+	switch p {
+	case GCCostBenefit:
+		return "cost-benefit"
+	case GCGreedy:
+		return "greedy"
+	}
+	return fmt.Sprintf("GCPolicy(%d)", uint8(p))
+}
+
+// ParseGCPolicy parses "greedy" or "cost-benefit".
+func ParseGCPolicy(s string) (GCPolicy, error) {
+	switch s {
+	case "greedy":
+		return GCGreedy, nil
+	case "cost-benefit", "costbenefit", "":
+		return GCCostBenefit, nil
+	}
+	return 0, fmt.Errorf("%w: GC policy %q (want greedy or cost-benefit)", ErrInvalidOptions, s)
+}
+
+// Options configure Open. Fields marked "format" are fixed when the store is
+// first formatted; later Opens take them from the metadata and ignore the
+// Options' values.
+type Options struct {
+	// Drives are the node's drives, in slot order. Required, at least
+	// Parity+1. The Store owns them from Open on and closes them in Close
+	// (also when Open fails).
+	Drives []disk.Drive
+	// Buffer is the write buffer's persistent-memory region. Required. The
+	// Store owns it and closes it in Close.
+	Buffer pmem.Region
+	// MetaDir is the badger directory of the node's metadata. Either it or
+	// Meta is required.
+	MetaDir string
+	// Meta is an open metadata store to use instead of MetaDir; the Store
+	// does not close it.
+	Meta *meta.DB
+
+	// Parity is the number of parity chunks per stripe (format). When both
+	// Parity and Data are 0 and there are at least two drives, Parity is 1
+	// ("k+1"); to run without protection, set Data and leave Parity 0.
+	Parity int
+	// Data is the number of data chunks per stripe (format). Default
+	// len(Drives)-Parity; Data+Parity <= len(Drives).
+	Data int
+	// ChunkSize is the bytes of one stripe chunk on one drive (format): a
+	// multiple of 4096 of at least 16 KiB. Default 256 KiB: with one
+	// summary block per chunk, 1.6% of the space goes to summaries.
+	ChunkSize int
+	// SegmentStripes is the number of stripes in a segment, the unit of
+	// allocation and cleaning (format). Default 32 (8 MiB per drive with the
+	// default chunk).
+	SegmentStripes int
+
+	// BatchStripes bounds the stripes of host data written to a drive in
+	// one I/O (the cleaner's batches hold at most 4). Each of the host
+	// stream's two batches holds BatchStripes*ChunkSize bytes per drive: the
+	// destager fills one while the drives write the other. Default 16 (4 MiB
+	// per drive per I/O with the default chunk: large writes amortize the
+	// drive sync that ends every batch).
+	BatchStripes int
+	// PartialStripeDelay: a stripe that is not full is padded and written
+	// once no new write has arrived for this long. Default 2s.
+	PartialStripeDelay time.Duration
+	// BufferHighWater: when the write buffer is fuller than this fraction,
+	// partial stripes are padded and written so the buffer drains.
+	// Default 0.5; in (0, 1].
+	BufferHighWater float64
+
+	// GCPolicy chooses victims. Default GCCostBenefit.
+	GCPolicy GCPolicy
+	// GCReserveSegments are kept for the cleaner: host destaging never takes
+	// the last ones. Default 2, at least 1 (with parity, at least 1).
+	GCReserveSegments int
+	// GCLowSegments: the cleaner starts when fewer segments are free.
+	// Default max(GCReserveSegments+2, segments/16).
+	GCLowSegments int
+	// GCHighSegments: the cleaner stops when this many are free. Default
+	// GCLowSegments + max(2, segments/32).
+	GCHighSegments int
+
+	// CheckpointInterval is the time between map checkpoints. Default 30s.
+	CheckpointInterval time.Duration
+	// CheckpointStripes: a checkpoint is also taken after this many stripes,
+	// bounding the summaries recovery must read. Default 4096.
+	CheckpointStripes int
+	// TickInterval is the period of the background timer that drives the
+	// idle destage and checkpoint timing. Default 100ms.
+	TickInterval time.Duration
+
+	// Clock is the time source; default clock.Real().
+	Clock clock.Clock
+	// Logger; default discards.
+	Logger *slog.Logger
+
+	// synchronous is a test hook: no writer goroutine is started; the test
+	// runs the writer's steps itself, commands run inline, and stripe I/O
+	// is sequential, so that a seed determines the whole run.
+	synchronous bool
+	// noCloseCheckpoint is a test hook: Close destages but takes no
+	// checkpoint, so the next Open replays every summary since the last.
+	noCloseCheckpoint bool
+}
+
+// Defaults.
+const (
+	DefaultChunkSize      = 256 << 10
+	DefaultSegmentStripes = 32
+	minChunkSize          = 16 << 10
+)
+
+// EnsureDefaults fills unset fields with their defaults. The GC thresholds
+// that depend on the number of segments are filled in by Open.
+func (o *Options) EnsureDefaults() {
+	if o.Parity == 0 && o.Data == 0 && len(o.Drives) > 1 {
+		o.Parity = 1
+	}
+	if o.Data == 0 {
+		o.Data = len(o.Drives) - o.Parity
+	}
+	if o.ChunkSize == 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.SegmentStripes == 0 {
+		o.SegmentStripes = DefaultSegmentStripes
+	}
+	setDefault(&o.BatchStripes, 16)
+	setDefault(&o.GCReserveSegments, 2)
+	setDefault(&o.CheckpointStripes, 4096)
+	if o.PartialStripeDelay == 0 {
+		o.PartialStripeDelay = 2 * time.Second
+	}
+	if o.BufferHighWater == 0 {
+		o.BufferHighWater = 0.5
+	}
+	if o.CheckpointInterval == 0 {
+		o.CheckpointInterval = 30 * time.Second
+	}
+	if o.TickInterval == 0 {
+		o.TickInterval = 100 * time.Millisecond
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func setDefault(v *int, d int) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+// Validate reports every problem at once, wrapping ErrInvalidOptions.
+func (o *Options) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(o.Drives) == 0 {
+		add("no drives")
+	}
+	if o.Buffer == nil {
+		add("no write-buffer region")
+	}
+	if o.MetaDir == "" && o.Meta == nil {
+		add("neither MetaDir nor Meta")
+	}
+	if err := (ec.Geometry{Data: o.Data, Parity: o.Parity, ChunkSize: o.ChunkSize}).Validate(); err != nil {
+		add("%w", err)
+	}
+	if o.Data+o.Parity > len(o.Drives) {
+		add("geometry %d+%d is wider than %d drives", o.Data, o.Parity, len(o.Drives))
+	}
+	if o.ChunkSize < minChunkSize {
+		add("ChunkSize %d < %d", o.ChunkSize, minChunkSize)
+	}
+	if o.SegmentStripes < 1 || o.SegmentStripes > 1<<16 {
+		add("SegmentStripes %d outside [1, 65536]", o.SegmentStripes)
+	}
+	if o.BatchStripes < 1 {
+		add("BatchStripes %d < 1", o.BatchStripes)
+	}
+	if o.BufferHighWater <= 0 || o.BufferHighWater > 1 {
+		add("BufferHighWater %v outside (0, 1]", o.BufferHighWater)
+	}
+	if o.GCPolicy > GCGreedy {
+		add("unknown GCPolicy %v", o.GCPolicy)
+	}
+	if o.GCReserveSegments < 1 {
+		add("GCReserveSegments %d < 1", o.GCReserveSegments)
+	}
+	if o.GCLowSegments < 0 || (o.GCLowSegments != 0 && o.GCLowSegments <= o.GCReserveSegments) {
+		add("GCLowSegments %d must exceed GCReserveSegments %d", o.GCLowSegments, o.GCReserveSegments)
+	}
+	if o.GCHighSegments < 0 || (o.GCHighSegments != 0 && o.GCHighSegments < o.GCLowSegments) {
+		add("GCHighSegments %d < GCLowSegments %d", o.GCHighSegments, o.GCLowSegments)
+	}
+	if o.CheckpointInterval < 0 || o.CheckpointStripes < 1 || o.TickInterval <= 0 || o.PartialStripeDelay < 0 {
+		add("negative or zero intervals")
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidOptions, errors.Join(errs...))
+}
+
+// gcThresholds fills the segment-count dependent defaults and checks that
+// the store has room for them.
+func (o *Options) gcThresholds(segments int) error {
+	if o.GCLowSegments == 0 {
+		o.GCLowSegments = max(o.GCReserveSegments+2, segments/16)
+	}
+	if o.GCHighSegments == 0 {
+		o.GCHighSegments = o.GCLowSegments + max(2, segments/32)
+	}
+	if o.GCHighSegments+4 > segments {
+		return fmt.Errorf("%w: %d segments leave no room above the cleaner's %d", ErrInvalidOptions,
+			segments, o.GCHighSegments)
+	}
+	return nil
+}

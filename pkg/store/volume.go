@@ -1,0 +1,338 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"basalt/cache"
+	"basalt/pkg/backend"
+	"basalt/pkg/meta"
+)
+
+// volume is a volume's shared state; Volume is a handle on it.
+type volume struct {
+	info    meta.VolumeInfo
+	blocks  uint64
+	lmap    *lbaMap
+	ov      *overlay
+	mapped  atomic.Int64 // mapped map entries
+	deleted atomic.Bool
+}
+
+func (s *Store) newVolume(info meta.VolumeInfo) *volume {
+	blocks := uint64(info.Size) / BlockSize
+	lmap := newLBAMap(blocks)
+	return &volume{info: info, blocks: blocks, lmap: lmap,
+		ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
+}
+
+// volumeByID returns a live volume, or nil.
+func (s *Store) volumeByID(id meta.VolumeID) *volume {
+	if m := s.byID.Load(); m != nil {
+		return (*m)[id]
+	}
+	return nil
+}
+
+// publishVolumesLocked rebuilds the ID index from byName. s.vols held.
+func (s *Store) publishVolumesLocked() {
+	m := make(map[meta.VolumeID]*volume, len(s.vols.byName))
+	for _, v := range s.vols.byName {
+		m[v.info.ID] = v
+	}
+	s.byID.Store(&m)
+}
+
+func (s *Store) volumeList() []*volume {
+	m := s.byID.Load()
+	if m == nil {
+		return nil
+	}
+	vols := slices.Collect(maps.Values(*m))
+	slices.SortFunc(vols, func(a, b *volume) int { return int(a.info.ID) - int(b.info.ID) })
+	return vols
+}
+
+// Volumes describes the volumes, in ID order.
+func (s *Store) Volumes() []meta.VolumeInfo {
+	var out []meta.VolumeInfo
+	for _, v := range s.volumeList() {
+		out = append(out, v.info)
+	}
+	return out
+}
+
+// CreateVolume creates a thin volume of size bytes (a positive multiple of
+// BlockSize) and returns a handle on it. The volume uses no space until
+// written. It returns an error wrapping ErrVolumeExists if name is taken.
+func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if name == "" || size <= 0 || size%BlockSize != 0 || uint64(size/BlockSize) >= 1<<40 {
+		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
+	}
+	s.vols.Lock()
+	defer s.vols.Unlock()
+	if _, ok := s.vols.byName[name]; ok {
+		return nil, fmt.Errorf("%w: %q", ErrVolumeExists, name)
+	}
+	info := meta.VolumeInfo{ID: s.vols.nextID, Name: name, Size: size, BlockSize: BlockSize}
+	if err := s.meta.Update(func(tx *meta.Tx) error { return tx.PutVolume(info) }); err != nil {
+		return nil, fmt.Errorf("store: while creating volume %q: %w", name, err)
+	}
+	s.vols.nextID++
+	v := s.newVolume(info)
+	s.vols.byName[name] = v
+	s.publishVolumesLocked()
+	s.log.Info("volume created", "volume", name, "id", info.ID, "size", size)
+	return &Volume{s: s, v: v}, nil
+}
+
+// EnsureVolume returns a handle on the named volume, creating it (thin) if
+// it does not exist. An existing volume of another size is an error
+// wrapping ErrVolumeExists. This is what a node's configuration maps a
+// namespace to.
+func (s *Store) EnsureVolume(name string, size int64) (*Volume, error) {
+	v, err := s.Volume(name)
+	if errors.Is(err, ErrNoVolume) {
+		v, err = s.CreateVolume(name, size)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if v.Size() != size {
+		return nil, fmt.Errorf("%w: %q has %d bytes, not %d", ErrVolumeExists, name, v.Size(), size)
+	}
+	return v, nil
+}
+
+// Volume returns a new handle on the named volume, or an error wrapping
+// ErrNoVolume.
+func (s *Store) Volume(name string) (*Volume, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	s.vols.Lock()
+	defer s.vols.Unlock()
+	v, ok := s.vols.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNoVolume, name)
+	}
+	return &Volume{s: s, v: v}, nil
+}
+
+// DeleteVolume deletes the named volume and frees its space. Handles on it
+// fail with backend.ErrClosed from then on.
+func (s *Store) DeleteVolume(name string) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	s.vols.Lock()
+	v, ok := s.vols.byName[name]
+	if !ok {
+		s.vols.Unlock()
+		return fmt.Errorf("%w: %q", ErrNoVolume, name)
+	}
+	tomb := v.info
+	tomb.Deleted = true
+	if err := s.meta.Update(func(tx *meta.Tx) error { return tx.PutVolume(tomb) }); err != nil {
+		s.vols.Unlock()
+		return fmt.Errorf("store: while deleting volume %q: %w", name, err)
+	}
+	v.deleted.Store(true)
+	delete(s.vols.byName, name)
+	s.publishVolumesLocked()
+	s.vols.Unlock()
+	v.ov.clear()
+	s.log.Info("volume deleted", "volume", name, "id", v.info.ID)
+	return s.call(context.Background(), command{kind: cmdDropVolume, vol: v})
+}
+
+// Volume is a handle on a volume; it implements backend.Backend with 4096-
+// byte blocks. Writes are acknowledged once persisted in the write buffer;
+// Flush and FUA are free unless the buffer's region is volatile, in which
+// case they destage to the drives first.
+type Volume struct {
+	s      *Store
+	v      *volume
+	closed atomic.Bool
+}
+
+var _ backend.Backend = (*Volume)(nil)
+
+// ID returns the volume's ID.
+func (h *Volume) ID() meta.VolumeID { return h.v.info.ID }
+
+// Name returns the volume's name.
+func (h *Volume) Name() string { return h.v.info.Name }
+
+// Size returns the capacity in bytes.
+func (h *Volume) Size() int64 { return h.v.info.Size }
+
+// BlockSize returns 4096.
+func (h *Volume) BlockSize() int { return BlockSize }
+
+// UsedBytes returns the bytes the volume's mapped blocks take (thin
+// provisioning: blocks never written or trimmed take none), not counting
+// blocks only in the write buffer.
+func (h *Volume) UsedBytes() int64 { return h.v.mapped.Load() * BlockSize }
+
+// Close invalidates the handle; the volume and the store stay open.
+func (h *Volume) Close() error {
+	if h.closed.Swap(true) {
+		return backend.ErrClosed
+	}
+	return nil
+}
+
+// check validates an operation of n bytes at off and returns its first LBA
+// and block count.
+func (h *Volume) check(off, n int64) (uint64, int, error) {
+	if h.closed.Load() || h.v.deleted.Load() {
+		return 0, 0, backend.ErrClosed
+	}
+	if err := h.s.usable(); err != nil {
+		return 0, 0, err
+	}
+	if off%BlockSize != 0 || n%BlockSize != 0 {
+		return 0, 0, fmt.Errorf("%w: %d bytes at %d", backend.ErrMisaligned, n, off)
+	}
+	if off < 0 || n < 0 || off > h.v.info.Size || n > h.v.info.Size-off {
+		return 0, 0, fmt.Errorf("%w: %d bytes at %d of %d", backend.ErrOutOfRange, n, off, h.v.info.Size)
+	}
+	return uint64(off / BlockSize), int(n / BlockSize), nil
+}
+
+var headerPool = sync.Pool{New: func() any { b := make([]byte, 0, recordHeaderLen+4*256); return &b }}
+
+// WriteAt appends p to the write buffer, in records of at most
+// maxRecordBlocks blocks, and returns once they are persisted. It fails
+// with backend.ErrNoSpace when the store has no room for more data, and
+// backend.ErrWriteFault when the write buffer or the store has failed.
+func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend.WriteFlags) error {
+	lba, n, err := h.check(off, int64(len(p)))
+	if err != nil || n == 0 {
+		return err
+	}
+	s := h.s
+	if err := s.admit(h.v, lba, n); err != nil {
+		return err
+	}
+	hp := headerPool.Get().(*[]byte)
+	defer headerPool.Put(hp)
+	for n > 0 {
+		chunk := min(n, s.maxRecordBlocks())
+		hdr := (*hp)[:recordHeaderLen+4*chunk]
+		data := p[:chunk*BlockSize]
+		encodeRecordHeader(hdr, recordWrite, h.v.info.ID, lba, chunk, data)
+		seq, err := s.buf.Append(ctx, recordWrite, hdr, data)
+		if err != nil {
+			return s.writeError(ctx, err)
+		}
+		h.v.ov.addWrite(seq, lba, chunk)
+		s.pub.publish(seq)
+		s.counters.hostBlocks.Add(uint64(chunk))
+		s.wake() // after every record: the next one may wait for the space destaging frees
+		lba, n, p = lba+uint64(chunk), n-chunk, p[chunk*BlockSize:]
+	}
+	if flags&backend.WriteFUA != 0 {
+		return s.flush(ctx)
+	}
+	return nil
+}
+
+// writeError classifies an Append failure.
+func (s *Store) writeError(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return err
+	case errors.Is(err, cache.ErrClosed):
+		return fmt.Errorf("%w: %w", backend.ErrClosed, err)
+	}
+	return fmt.Errorf("%w: %w", backend.ErrWriteFault, err)
+}
+
+// Trim unmaps [off, off+n): later reads return zeros and the space is freed
+// once destaged. The unmap is persisted in the write buffer before Trim
+// returns, so it survives a crash.
+func (h *Volume) Trim(ctx context.Context, off, n int64) error {
+	lba, count, err := h.check(off, n)
+	if err != nil || count == 0 {
+		return err
+	}
+	s := h.s
+	var hdr [recordHeaderLen]byte
+	for remaining := uint64(count); remaining > 0; {
+		chunk := min(remaining, maxUnmapBlocks)
+		encodeRecordHeader(hdr[:], recordUnmap, h.v.info.ID, lba, int(chunk), nil)
+		seq, err := s.buf.Append(ctx, recordUnmap, hdr[:])
+		if err != nil {
+			return s.writeError(ctx, err)
+		}
+		h.v.ov.addTrim(seq, lba, chunk)
+		s.pub.publish(seq)
+		s.wake()
+		lba, remaining = lba+chunk, remaining-chunk
+	}
+	return nil
+}
+
+// WriteZeroes unmaps the range: unmapped blocks read as zeros.
+func (h *Volume) WriteZeroes(ctx context.Context, off, n int64) error { return h.Trim(ctx, off, n) }
+
+// Flush makes every completed write durable: a no-op on a durable write
+// buffer, a destage to the drives on a volatile one (tmpfs).
+func (h *Volume) Flush(ctx context.Context) error {
+	if _, _, err := h.check(0, 0); err != nil {
+		return err
+	}
+	return h.s.flush(ctx)
+}
+
+// flush destages everything when the buffer does not survive power loss.
+func (s *Store) flush(ctx context.Context) error {
+	if s.region.Mode().Durable() {
+		return nil
+	}
+	return s.call(ctx, command{kind: cmdFlush})
+}
+
+// Flush destages everything in the write buffer to the drives (padding the
+// last stripe) and returns when it is durable there, whatever the region.
+func (s *Store) Flush(ctx context.Context) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	return s.call(ctx, command{kind: cmdFlush})
+}
+
+// admit refuses a write of n blocks at lba of v when the mapped blocks, the
+// buffered writes to unmapped blocks and the unmapped blocks of this write
+// would exceed the usable capacity: a full store still takes overwrites.
+func (s *Store) admit(v *volume, lba uint64, n int) error {
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", backend.ErrWriteFault, err)
+	}
+	fresh := int64(0)
+	for i := range uint64(n) {
+		if !v.lmap.get(lba + i).mapped() {
+			fresh++
+		}
+	}
+	used := s.counters.mappedBlocks.Load() + s.counters.pendingFresh.Load()
+	if capacity := s.capacityBlocks(); fresh > 0 && used+fresh > capacity {
+		return fmt.Errorf("%w: %d blocks in use or buffered, capacity %d", backend.ErrNoSpace, used, capacity)
+	}
+	return nil
+}
+
+// maxRecordBlocks is the most blocks one write record carries.
+func (s *Store) maxRecordBlocks() int {
+	return min(256, (s.counters.maxPayload-recordHeaderLen)/(4+BlockSize))
+}

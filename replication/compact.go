@@ -1,0 +1,77 @@
+package replication
+
+// compactStep is how many entries past the margin a group lets accumulate
+// before it compacts: each compaction costs a state record, so it is
+// batched.
+func (c *core) compactStep() uint64 {
+	return max(c.h.cfg.CompactionMargin/4, 16)
+}
+
+// maybeCompact compacts the log behind the applied index (doc.go, "Log
+// compaction"): normally it keeps CompactionMargin applied entries for
+// followers that lag a little; under write-buffer pressure, or when the
+// releaser asks this group to checkpoint, it keeps none. It never compacts
+// past the state machine's durable applied index (asking a Checkpointer to
+// make it durable first), nor past a snapshot that is streaming. A requested
+// checkpoint then rewrites the entries still needed into a new record if they
+// sit in old ones.
+func (c *core) maybeCompact() error {
+	force := c.g.checkpoint.Swap(false)
+	pressure := c.h.releaser.pressure.Load()
+	margin := c.h.cfg.CompactionMargin
+	if force || pressure {
+		margin = 0
+	}
+	target := c.applied - min(margin, c.applied)
+	for _, index := range c.snapshotsOut {
+		target = min(target, index)
+	}
+	due := target >= c.s.snapIndex+c.compactStep() || (pressure && target >= c.s.snapIndex+16) ||
+		(force && target > c.s.snapIndex)
+	compacted := false
+	if due {
+		durable, err := c.durableApplied()
+		if err != nil {
+			return err
+		}
+		if target = min(target, durable); target > c.s.snapIndex {
+			if err := c.s.compact(c.ctx, target); err != nil {
+				return err
+			}
+			compacted = true
+			c.h.releaser.wake()
+		}
+	}
+	// A compaction that left no entry in an older record already moved the
+	// pin to its new state record; otherwise rewrite what is needed.
+	if force && !(compacted && (len(c.s.ents) == 0 || c.s.ents[0].seq > c.s.stateSeq)) {
+		if err := c.s.checkpoint(c.ctx); err != nil {
+			c.h.log.Warn("checkpointing the log failed", "group", c.g.id, "err", err)
+			return nil
+		}
+		c.h.releaser.wake()
+	}
+	return nil
+}
+
+// durableApplied returns the highest applied index whose effect is
+// durable: the state machine's durable index (a Checkpointer is asked to make
+// its applied entries durable first), or the applied index itself when the
+// state machine has made durable everything it was given, since the entries
+// after (empty and configuration entries) change nothing in it.
+func (c *core) durableApplied() (uint64, error) {
+	var durable uint64
+	if cp, ok := c.sm.(Checkpointer); ok {
+		d, err := cp.Checkpoint(c.ctx)
+		if err != nil {
+			return 0, err
+		}
+		durable = d
+	} else {
+		durable = c.sm.AppliedIndex()
+	}
+	if durable >= c.lastSMIndex {
+		return c.applied, nil
+	}
+	return durable, nil
+}

@@ -1,0 +1,250 @@
+// Package replication is Basalt's multi-Raft layer: one Raft group per volume
+// (and one for the cluster's metadata), built on go.etcd.io/raft/v3 v3.6 —
+// the only package that imports it. Raft's algorithm does no I/O (RawNode);
+// this package owns the loop that persists, sends and applies what Raft asks
+// for, the log storage in the persistent-memory write buffer, the transport
+// between nodes, snapshots, read leases, and the Volume that turns a group
+// and a local replica into a replicated backend.Backend.
+//
+// # Overview
+//
+//	Host (one per node)
+//	 ├─ Group g1 ── loop goroutine: RawNode, logStorage, StateMachine (a Volume)
+//	 ├─ Group g2 ── loop goroutine ...
+//	 ├─ cache.Buffer on Config.LogRegion: every group's log and hard state
+//	 ├─ releaser: frees the buffer behind the slowest group
+//	 └─ Transport (TCP, or a SimNetwork endpoint in tests)
+//
+// # One loop per group
+//
+// Each group has its own goroutine, which alone touches its RawNode
+// (aesthetics.md §2.3). Groups are independent (volumes), so one loop per
+// group lets their persists, sends and applies overlap on a multi-core node
+// with no lock between them; a slow group (one restoring a snapshot, one
+// whose replica is slow) delays only itself. The cost, a goroutine and a
+// ticker per group, is small for the few hundred volumes a node holds. The
+// loop's work is a pure function of its inputs, so Config.Manual runs the
+// same code from Host.Poll on the caller's goroutine, which is how tests/sim
+// drives a whole cluster deterministically.
+//
+// An iteration drains what is queued (inbound messages, proposals, read
+// barriers, transport reports, control requests), steps every queued
+// proposal into Raft as one message (many proposals per Ready), then handles
+// each Ready in this order (loop.go, handleReady):
+//
+//  1. send the messages that do not vouch for local state: a leader's
+//     appends and heartbeats, vote requests. The leader's appends thus go out
+//     while it persists the same entries (Raft thesis §10.2.1). This is safe
+//     because Raft v3.6 counts the leader's own acknowledgement only after
+//     Advance (msgsAfterAppend), so a commit always means a majority has the
+//     entry durably. AsyncStorageWrites is not used: the loop persists
+//     synchronously, which keeps the order simple; the parallelism it would
+//     add is the follower side, which already overlaps across groups.
+//  2. persist the snapshot (if any), the entries and the hard state, in one
+//     write-buffer record, which is durable when Append returns;
+//  3. send the responses (append and vote responses): only now may they
+//     vouch for what was persisted;
+//  4. apply the committed entries to the state machine, complete the
+//     proposals made here;
+//  5. Advance.
+//
+// A hard state whose only change is the commit index (Raft's MustSync false)
+// is not persisted on its own; it rides with the next record, and a node
+// that crashes learns the commit index again from the leader.
+//
+// CheckQuorum and PreVote are on; proposal forwarding is off (a follower
+// answers ErrNotLeader, and the host uses the leader's path). Pipelining:
+// MaxInflightMsgs (default 256) appends in flight per follower, each up to
+// MaxSizePerMsg (1 MiB); the transport batches whatever is queued for a peer
+// into one write.
+//
+// # Log storage
+//
+// logStorage implements raft.Storage over the shared write buffer. In memory
+// it keeps, per entry, only its term, type and where its data lies (record
+// Seq and offset); the data are read back from the buffer on demand
+// (Entries), except for the most recent entries (Config.EntryCacheSize),
+// which are kept so that replicating and applying them reads nothing back.
+// Each mutation is one record (below). A conflict that overwrites the log's
+// suffix writes the new entries in a new record; the index drops the old
+// ones, and recovery applies the same rule (an entries record whose first
+// index is at or below the last one overwrites from there). cache.Truncate
+// is not used for this: it drops every record after a point, and records of
+// other groups follow.
+//
+// A new group is bootstrapped on every member with the same state, a
+// snapshot point at index 1 and term 1 with the members as voters, so no
+// configuration-change entries are needed (raft.NewRawNode recommends this).
+//
+// # Releasing the buffer
+//
+// cache.Buffer.Release frees a prefix of the one log all groups share. So
+// each group publishes a pin: the oldest record it still needs, the minimum
+// of its newest state record and the record holding its first entry after
+// the snapshot point (entries' records only grow with their index, even
+// across overwrites, so the first entry's record is the oldest). The releaser
+// frees everything below the smallest pin over all groups — live, recovered
+// but not yet added again, and being removed — reading the buffer's last Seq
+// before the pins, since a new group registers its pin (the next Seq) before
+// its first record. Recovery then sees, for every group, its newest state
+// record and every entry after it; older records that survive are harmless
+// (recover.go). A group that writes nothing would pin the buffer for ever;
+// when the buffer is more than half full the releaser asks the group with the
+// smallest pin to checkpoint: compact to its durable applied index and
+// rewrite whatever entries remain into one new state record. The buffer must
+// hold, with room to spare, every group's unapplied entries: size it to at
+// least twice what the groups may have in flight.
+//
+// # Log compaction
+//
+// After applying, a group compacts its log up to its applied index less
+// CompactionMargin entries (kept so that a follower a little behind catches
+// up from the log), in steps of a quarter margin; under buffer pressure the
+// margin is 0. It never compacts past the state machine's durable applied
+// index (a Checkpointer, such as Volume, is asked to flush first), nor past
+// a snapshot that is being streamed. Compaction is one state record.
+//
+// # Snapshots
+//
+// A follower whose next index was compacted away gets a snapshot. Raft's
+// MsgSnap carries only metadata (the leader's applied index, its term, the
+// configuration); the transport streams the data from the leader's
+// StateMachine.Snapshot into the follower's StateMachine.Restore, in chunks,
+// never whole in memory, with progress logged. The follower's loop checks
+// first that Raft will install the snapshot (raft.restore's own conditions),
+// restores the state machine while it waits, steps the MsgSnap and persists
+// the new log (one state record) before the leader hears it succeeded. The
+// stream reflects the leader's state at some point at or after the
+// snapshot's index, not exactly at it: this is safe because block operations
+// form a redo log (StateMachine explains), and the follower applies every
+// entry after the index.
+//
+// # Reads
+//
+// ReadBarrier gives a read index: the commit index at a moment this node was
+// certainly the leader; the read proceeds once the applied index reaches it.
+// Without a lease the loop asks Raft (ReadIndex, ReadOnlySafe) for a
+// quorum-confirmed index, for every read queued since the last round at once.
+// With a lease (the default) the current commit index is used, provided the
+// node has committed an entry in its term: a quorum confirmed its leadership
+// at some time t (a ReadIndex round started at t), followers that
+// acknowledged refuse to vote for another node for ElectionTicks ticks after
+// hearing the leader (CheckQuorum), so no other leader can exist before
+// t + ElectionTicks ticks; the lease ends two ticks and a tenth earlier, for
+// clock-rate differences. Leases are renewed by a background round while
+// reads continue. A leadership transfer drops the lease. A node that
+// restarts ignores vote requests for one election timeout, since it has
+// forgotten when it last heard the leader, and voting at once could elect a
+// new leader while the old one still serves reads under a lease this node
+// granted before the restart.
+//
+// # Errors
+//
+// A follower refuses proposals and reads with ErrNotLeader, which wraps
+// backend.ErrInaccessible; while no leader is known, or when this node lost
+// leadership with a request in flight (its outcome is then unknown), with
+// ErrNoLeader, which wraps backend.ErrTransition. A storage or state-machine
+// error stops the group on this node (Raft requires it: README, "Storage
+// errors make raft inoperable"); its requests fail with ErrStopped.
+//
+// # Log records (in the cache.Buffer payload, little-endian)
+//
+// Every record starts with the same 40-byte header:
+//
+//	offset size field
+//	     0    1 version (1)
+//	     1    1 flags (kindState: bit 0 = replace; otherwise 0)
+//	     2    2 zero
+//	     4    4 entry count
+//	     8    8 group ID (never 0)
+//	    16    8 hard state: term
+//	    24    8 hard state: vote
+//	    32    8 hard state: commit
+//
+// kindEntries (cache.Kind 1): entries from a first index, overwriting the
+// group's log from there (count 0: a hard state alone).
+//
+//	offset size field
+//	     0   40 header
+//	    40    8 first index
+//	    48      entries
+//
+// kindState (cache.Kind 2): a snapshot point. Without the replace flag
+// (compaction), entries up to the snapshot index are dropped and the rest
+// kept; with it (bootstrap, installed snapshot, checkpoint), the log is
+// replaced by the entries the record carries, from snapshot index + 1.
+//
+//	offset size field
+//	     0   40 header
+//	    40    8 snapshot index
+//	    48    8 snapshot term
+//	    56    4 configuration length c
+//	    60    4 zero
+//	    64    c configuration (raftpb.ConfState, protobuf)
+//	  64+c      entries (replace flag only)
+//
+// kindRemove (cache.Kind 3): the group was removed; recovery forgets its
+// earlier records. The 40-byte header alone, hard state zero.
+//
+// Each entry:
+//
+//	offset size field
+//	     0    8 term
+//	     8    1 type (raftpb.EntryType: 0 normal, 1 conf change, 2 conf change v2)
+//	     9    3 zero
+//	    12    4 data length n
+//	    16    n data
+//
+// The entries fill the record exactly. The buffer's record CRC covers it all.
+// A normal entry's data is an 8-byte proposal ID (little-endian; the high 24
+// bits are the buffer epoch of the proposing node's run, so IDs never repeat
+// across restarts), then the state machine's payload; an empty entry is a new
+// leader's.
+//
+// # Transport wire format (TCP, little-endian)
+//
+// Each connection opens with a 32-byte handshake, then carries frames:
+//
+//	handshake                        frame
+//	offset size field                offset size field
+//	     0    8 magic "BSLTRAFT"          0    4 body length (at most 64 MiB)
+//	     8    2 version (1)               4    1 type: 1 message, 2 snapshot chunk,
+//	    10    1 stream: 1 messages,                   3 snapshot end, 4 snapshot result
+//	              2 snapshot              5    3 zero
+//	    11    5 zero                      8    8 group ID (0 only in a result)
+//	    16    8 sender node ID           16      body
+//	    24    8 receiver node ID
+//
+// A message body is a raftpb.Message (protobuf). A node opens one message
+// stream to each peer and sends all its groups' messages on it; it receives
+// on the streams its peers open. A snapshot has a stream of its own: a
+// message frame with the MsgSnap, chunk frames of up to 1 MiB of state
+// machine data, an end frame whose 8-byte body is the total data length;
+// the receiver answers with a result frame, body 0 (restored) or 1 followed
+// by the error text. A malformed frame ends the connection.
+//
+// # Volume operations (a normal entry's payload, little-endian)
+//
+//	offset size field
+//	     0    1 version (1)
+//	     1    1 operation: 1 write, 2 trim, 3 write zeroes
+//	     2    6 zero
+//	     8    8 byte offset in the volume (block aligned)
+//	    16    8 byte length (block aligned, > 0)
+//	    24    n data (write only; n = length)
+//
+// # Volume snapshot stream (little-endian)
+//
+//	header                             run
+//	offset size field                  offset size field
+//	     0    8 magic "BSLTVSNP"            0    1 kind: 1 data, 2 zeroes, 3 end
+//	     8    2 version (1)                 1    7 zero
+//	    10    2 zero                        8    8 byte offset (end: CRC32C)
+//	    12    4 block size                 16    8 byte length (end: volume size)
+//	    16    8 volume size                24    n data (data runs: n = length,
+//	    24    8 zero                                 at most 1 MiB)
+//
+// Runs cover the volume in order without gaps; all-zero blocks travel as
+// zero runs. The end run's offset field holds the CRC32C (Castagnoli) of
+// every byte before the end run.
+package replication

@@ -1,0 +1,56 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"basalt/pkg/backend"
+)
+
+// NodeID names a node for all time: it is never reused, and it is not an
+// address (a node keeps its ID when it moves). 0 means "none".
+type NodeID uint64
+
+func (n NodeID) String() string { return "n" + strconv.FormatUint(uint64(n), 10) }
+
+// GroupID names a Raft group: one per volume, plus the cluster's metadata
+// group. 0 is not a valid group.
+type GroupID uint64
+
+func (g GroupID) String() string { return "g" + strconv.FormatUint(uint64(g), 10) }
+
+// Errors. Those a volume returns to the target wrap a backend error class, so
+// that the target maps them to an ANA state without knowing Raft.
+var (
+	// ErrNotLeader: this node does not lead the group; the host should use the
+	// leader's path (ANA Inaccessible).
+	ErrNotLeader = fmt.Errorf("replication: not the leader: %w", backend.ErrInaccessible)
+	// ErrNoLeader: the group has no leader now (an election is running), or
+	// this node lost leadership while the request was in flight, so its outcome
+	// is unknown; retry soon, on whichever path becomes optimized (ANA
+	// Transition).
+	ErrNoLeader = fmt.Errorf("replication: no leader, election in progress: %w", backend.ErrTransition)
+	// ErrStopped: the group was removed, the host closed, or the group failed
+	// (a storage or state-machine error); this node will not serve it.
+	ErrStopped = fmt.Errorf("replication: group stopped: %w", backend.ErrInaccessible)
+	// ErrProposalDropped: the leader refused the proposal (too much
+	// uncommitted data, or a leadership transfer in progress); retry.
+	ErrProposalDropped = fmt.Errorf("replication: proposal dropped: %w", backend.ErrTransition)
+	// ErrTooLarge: the proposal exceeds Config.MaxProposalSize.
+	ErrTooLarge = errors.New("replication: proposal too large")
+	// ErrGroupExists: AddGroup for a group this host already runs.
+	ErrGroupExists = errors.New("replication: group already added")
+	// ErrUnknownGroup: the host runs no such group.
+	ErrUnknownGroup = errors.New("replication: unknown group")
+	// ErrClosed: the host was closed.
+	ErrClosed = errors.New("replication: host closed")
+	// ErrCorrupt: the log region holds records that cannot be interpreted as
+	// a Raft log (a gap, a record that does not decode, a hard state that
+	// contradicts the log).
+	ErrCorrupt = errors.New("replication: log corrupt")
+	// ErrConfig: the Config is invalid.
+	ErrConfig = errors.New("replication: invalid config")
+	// ErrSnapshotRejected: a snapshot stream was refused or cut short.
+	ErrSnapshotRejected = errors.New("replication: snapshot rejected")
+)

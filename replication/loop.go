@@ -1,0 +1,441 @@
+package replication
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"basalt/pkg/clock"
+)
+
+// core is the state a group's loop owns: the RawNode (thread-unsafe), the
+// requests in flight, and what the loop has applied. Only the loop touches it
+// (the Group's goroutine, or Host.Poll in manual mode).
+type core struct {
+	g      *Group
+	h      *Host
+	s      *logStorage
+	sm     StateMachine
+	rn     *raft.RawNode
+	self   uint64
+	ticker clock.Ticker
+	ctx    context.Context
+
+	ticks     uint64 // ticks since the loop started
+	term      uint64
+	lead      uint64
+	isLeader  bool
+	applied   uint64 // Invariant: s.snapIndex <= applied <= commit
+	smApplied uint64 // the state machine's durable index at start: not applied again
+	// lastSMIndex is the last index given to the state machine (Apply or
+	// Restore) since the loop started.
+	lastSMIndex uint64
+
+	nextProposalID uint64
+	pending        map[uint64]*proposal // by proposal ID, until applied
+	batch          []*proposal          // proposals waiting to be stepped
+	reads          readState
+	snapshotsOut   map[uint64]uint64 // follower -> index of the snapshot streaming to it
+	restored       uint64            // snapshot index restored into sm, awaiting Ready.Snapshot
+	fatal          error             // set by work done outside iterate (restore); stops the loop
+	early, late    []raftpb.Message  // scratch: messages sent before / after persisting
+
+	stats struct {
+		latency                                     time.Duration
+		proposals, snapshotsSent, snapshotsReceived uint64
+		dropped                                     uint64
+	}
+}
+
+func newCore(g *Group, sm StateMachine) (*core, error) {
+	h := g.host
+	cfg := h.cfg
+	ctx, cancel := context.WithCancel(h.ctx)
+	g.cancel = cancel
+	c := &core{
+		g: g, h: h, s: g.storage, sm: sm, self: uint64(cfg.NodeID), ctx: ctx,
+		nextProposalID: h.incarnation << 40,
+		pending:        make(map[uint64]*proposal),
+		snapshotsOut:   make(map[uint64]uint64),
+		smApplied:      sm.AppliedIndex(),
+	}
+	c.applied = c.s.snapIndex
+	c.s.applied = c.applied
+	rn, err := raft.NewRawNode(&raft.Config{
+		ID:                        c.self,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             cfg.HeartbeatTicks,
+		Storage:                   c.s,
+		Applied:                   c.applied,
+		MaxSizePerMsg:             cfg.MaxSizePerMsg,
+		MaxCommittedSizePerReady:  4 * cfg.MaxSizePerMsg,
+		MaxUncommittedEntriesSize: cfg.MaxUncommittedSize,
+		MaxInflightMsgs:           cfg.MaxInflightMsgs,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		DisableProposalForwarding: true,
+		StepDownOnRemoval:         true,
+		Logger:                    raftLogger{h.log.With("group", g.id)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v: %w", ErrConfig, g.id, err)
+	}
+	c.rn = rn
+	c.term = c.s.hard.Term
+	c.reads.init()
+	c.ticker = h.clock.NewTicker(cfg.TickInterval)
+	c.publishStatus(false)
+	return c, nil
+}
+
+// tick advances Raft's clock by one tick.
+func (c *core) tick() {
+	c.ticks++
+	c.rn.Tick()
+	c.maybeRenewLease()
+	c.publishStatus(true)
+}
+
+// step hands an inbound message to Raft. Errors (a message from a peer not
+// in the configuration, a stale response) are counted, not fatal.
+func (c *core) step(m raftpb.Message) {
+	if c.voteDelayed(m) {
+		c.stats.dropped++
+		return
+	}
+	if err := c.rn.Step(m); err != nil {
+		c.stats.dropped++
+	}
+}
+
+// voteDelayed reports whether to ignore a vote request because this node
+// started less than an election timeout ago. A node that restarts has
+// forgotten when it last heard the leader, and Raft would grant its vote at
+// once; that could elect a new leader while the old one still serves reads
+// under the lease this node granted before it restarted. Waiting one
+// election timeout restores the promise.
+func (c *core) voteDelayed(m raftpb.Message) bool {
+	if c.h.cfg.DisableLease || c.ticks >= uint64(c.h.cfg.ElectionTicks) {
+		return false
+	}
+	return m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote
+}
+
+func (c *core) queueProposal(p *proposal) { c.batch = append(c.batch, p) }
+
+// iterate drains everything queued for the group, in a fixed order, then
+// handles Raft's Ready until there is none. It reports whether it did
+// anything. An error means the group can no longer go on (storage or state
+// machine failure).
+func (c *core) iterate() (bool, error) {
+	busy := c.drain()
+	if c.fatal != nil {
+		return true, c.fatal
+	}
+	c.stepProposals()
+	c.reads.startRound(c)
+	for c.rn.HasReady() {
+		busy = true
+		if err := c.handleReady(); err != nil {
+			return true, err
+		}
+	}
+	c.reads.complete(c.applied)
+	if err := c.maybeCompact(); err != nil {
+		return true, err
+	}
+	if busy {
+		c.publishStatus(false)
+	}
+	return busy, nil
+}
+
+// drain takes what the queues hold now, without waiting.
+func (c *core) drain() bool {
+	busy := c.drainReports()
+	for {
+		select {
+		case m := <-c.g.inbox:
+			c.step(m)
+		case f := <-c.g.control:
+			f(c)
+		case p := <-c.g.proposals:
+			c.queueProposal(p)
+		case r := <-c.g.reads:
+			c.queueRead(r)
+		default:
+			return busy
+		}
+		busy = true
+	}
+}
+
+func (c *core) drainReports() bool {
+	g := c.g
+	g.reports.Lock()
+	unreachable, snapshots := g.reports.unreachable, g.reports.snapshots
+	g.reports.unreachable, g.reports.snapshots = nil, nil
+	g.reports.Unlock()
+	for _, to := range unreachable {
+		c.rn.ReportUnreachable(uint64(to))
+	}
+	for _, r := range snapshots {
+		c.finishSnapshot(r)
+	}
+	return len(unreachable)+len(snapshots) > 0
+}
+
+// stepProposals steps the batched proposals into Raft as one message, so
+// that they become consecutive entries of one Ready.
+func (c *core) stepProposals() {
+	if len(c.batch) == 0 {
+		return
+	}
+	batch := c.batch
+	c.batch = c.batch[:0]
+	if !c.isLeader || c.rn.BasicStatus().LeadTransferee != 0 {
+		err := c.notLeaderErr()
+		if c.isLeader {
+			err = ErrProposalDropped
+		}
+		for _, p := range batch {
+			p.done(err)
+		}
+		return
+	}
+	ents := make([]raftpb.Entry, len(batch)) // Raft keeps this slice: never reused
+	for i, p := range batch {
+		c.nextProposalID++
+		binary.LittleEndian.PutUint64(p.data, c.nextProposalID)
+		ents[i].Data = p.data
+		c.pending[c.nextProposalID] = p
+	}
+	err := c.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: c.self, Entries: ents})
+	if err != nil {
+		if !errors.Is(err, raft.ErrProposalDropped) {
+			err = fmt.Errorf("%w: %w", ErrProposalDropped, err)
+		} else {
+			err = ErrProposalDropped
+		}
+		for i, p := range batch {
+			delete(c.pending, binary.LittleEndian.Uint64(ents[i].Data))
+			p.done(err)
+		}
+	}
+	clear(batch)
+}
+
+func (c *core) notLeaderErr() error {
+	if c.lead == 0 {
+		return ErrNoLeader
+	}
+	return ErrNotLeader
+}
+
+// handleReady persists, sends and applies one Ready, in the order the Raft
+// thesis allows (§10.2.1): messages that do not depend on this node's
+// unpersisted state (appends and heartbeats from a leader, vote requests) go
+// out first, so that followers persist in parallel with the leader; the
+// entries and hard state are persisted; then the responses that vouch for
+// them (append and vote responses) go out; then committed entries are
+// applied. Raft v3.6 keeps the responses apart for exactly this purpose
+// (raft.go send: msgsAfterAppend).
+func (c *core) handleReady() error {
+	rd := c.rn.Ready()
+	if rd.SoftState != nil {
+		c.onSoftState(*rd.SoftState)
+	}
+	if !raft.IsEmptyHardState(rd.HardState) && rd.HardState.Term != c.term {
+		c.term = rd.HardState.Term
+		c.reads.onNewTerm(c)
+	}
+	c.early, c.late = c.early[:0], c.late[:0]
+	for _, m := range rd.Messages {
+		switch m.Type {
+		case raftpb.MsgAppResp, raftpb.MsgVoteResp, raftpb.MsgPreVoteResp:
+			c.late = append(c.late, m)
+		default:
+			c.early = append(c.early, m)
+		}
+	}
+	c.send(c.early)
+	if err := c.persist(&rd); err != nil {
+		return err
+	}
+	c.send(c.late)
+	if err := c.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	c.reads.onReadStates(c, rd.ReadStates)
+	c.rn.Advance(rd)
+	return nil
+}
+
+// send hands messages to the transport; snapshots go their own way.
+func (c *core) send(msgs []raftpb.Message) {
+	n := 0
+	for _, m := range msgs {
+		if m.Type == raftpb.MsgSnap {
+			c.sendSnapshot(m)
+			continue
+		}
+		msgs[n] = m
+		n++
+	}
+	if n > 0 {
+		c.h.transport.Send(c.g.id, msgs[:n])
+	}
+	clear(msgs)
+}
+
+// persist writes the Ready's snapshot, entries and hard state to the log.
+// A hard state whose only change is the commit index is not persisted on its
+// own (Raft's MustSync is false): the commit index may be lost in a crash and
+// is learnt again from the leader; it rides along with the next record.
+func (c *core) persist(rd *raft.Ready) error {
+	hs := c.s.hard
+	if !raft.IsEmptyHardState(rd.HardState) {
+		hs = rd.HardState
+	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		meta := rd.Snapshot.Metadata
+		if meta.Index != c.restored {
+			return fmt.Errorf("replication: %v: Raft installs snapshot %d, the state machine holds %d",
+				c.g.id, meta.Index, c.restored)
+		}
+		if err := c.s.installSnapshot(c.ctx, hs, meta); err != nil {
+			return err
+		}
+		c.applied, c.restored = meta.Index, 0
+	}
+	switch {
+	case len(rd.Entries) > 0 || rd.MustSync:
+		return c.s.append(c.ctx, hs, rd.Entries)
+	default:
+		c.s.hard = hs
+		return nil
+	}
+}
+
+// apply applies committed entries to the state machine and completes the
+// proposals made here.
+func (c *core) apply(ents []raftpb.Entry) error {
+	for i := range ents {
+		e := &ents[i]
+		if e.Index <= c.applied {
+			continue
+		}
+		switch e.Type {
+		case raftpb.EntryNormal:
+			if err := c.applyNormal(e); err != nil {
+				return err
+			}
+		case raftpb.EntryConfChange, raftpb.EntryConfChangeV2:
+			if err := c.applyConfChange(e); err != nil {
+				return err
+			}
+		}
+		c.applied = e.Index
+	}
+	c.s.applied = c.applied
+	return nil
+}
+
+func (c *core) applyNormal(e *raftpb.Entry) error {
+	if len(e.Data) == 0 {
+		return nil // a new leader's empty entry
+	}
+	if len(e.Data) < proposalIDSize {
+		return corruptf("%v entry %d of %d bytes has no proposal ID", c.g.id, e.Index, len(e.Data))
+	}
+	if e.Index > c.smApplied {
+		if err := c.sm.Apply(c.ctx, e.Index, e.Data[proposalIDSize:]); err != nil {
+			return fmt.Errorf("replication: %v: applying entry %d: %w", c.g.id, e.Index, err)
+		}
+		c.lastSMIndex = e.Index
+	}
+	id := binary.LittleEndian.Uint64(e.Data)
+	if p := c.pending[id]; p != nil {
+		delete(c.pending, id)
+		c.stats.proposals++
+		sample := c.h.clock.Since(p.start)
+		c.stats.latency += (sample - c.stats.latency) / 8
+		p.done(nil)
+	}
+	return nil
+}
+
+func (c *core) applyConfChange(e *raftpb.Entry) error {
+	var cc raftpb.ConfChangeI
+	if e.Type == raftpb.EntryConfChange {
+		var v1 raftpb.ConfChange
+		if err := v1.Unmarshal(e.Data); err != nil {
+			return corruptf("%v entry %d: configuration change: %v", c.g.id, e.Index, err)
+		}
+		cc = v1
+	} else {
+		var v2 raftpb.ConfChangeV2
+		if err := v2.Unmarshal(e.Data); err != nil {
+			return corruptf("%v entry %d: configuration change: %v", c.g.id, e.Index, err)
+		}
+		cc = v2
+	}
+	conf := c.rn.ApplyConfChange(cc)
+	c.s.recordConf(e.Index, *conf)
+	return nil
+}
+
+// onSoftState publishes a leadership change and, when this node stops
+// leading, fails what only a leader can finish.
+func (c *core) onSoftState(ss raft.SoftState) {
+	wasLeader, oldLead := c.isLeader, c.lead
+	c.lead, c.isLeader = ss.Lead, ss.RaftState == raft.StateLeader
+	c.g.leader.Store(ss.Lead)
+	c.g.isLeader.Store(c.isLeader)
+	if wasLeader && !c.isLeader {
+		c.failPending(ErrNoLeader)
+		c.reads.onLostLeadership(c)
+	}
+	if oldLead != c.lead {
+		c.h.log.Info("leader changed", "group", c.g.id, "leader", NodeID(c.lead), "term", c.term)
+		c.g.notifyWatchers(NodeID(c.lead))
+	}
+}
+
+// failPending fails every proposal in flight, in ID order.
+func (c *core) failPending(err error) {
+	ids := make([]uint64, 0, len(c.pending))
+	for id := range c.pending {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		c.pending[id].done(err)
+		delete(c.pending, id)
+	}
+}
+
+// shutdown fails everything pending once the loop has stopped.
+func (c *core) shutdown(err error) {
+	c.ticker.Stop()
+	for _, p := range c.batch {
+		p.done(err)
+	}
+	c.batch = nil
+	c.failPending(err)
+	c.reads.fail(err)
+	c.g.leader.Store(0)
+	c.g.isLeader.Store(false)
+}
+
+func (c *core) transferLeadership(to NodeID) {
+	c.reads.leaseUntil = time.Time{}
+	c.rn.TransferLeader(uint64(to))
+}

@@ -1,0 +1,196 @@
+package replication
+
+import (
+	"encoding/binary"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// readState tracks read barriers on the leader (§2.3 of the design notes in
+// doc.go, "Reads"). A read is served at a read index: the commit index at a
+// moment this node was certainly the leader. Under a lease the current commit
+// index is such an index; otherwise the loop asks Raft (ReadIndex, safe mode)
+// for a quorum-confirmed one, for every read queued since the last round at
+// once. Either way the read completes when the applied index reaches it.
+type readState struct {
+	queue   []*readRequest        // waiting for the next round
+	rounds  map[uint64]*readRound // ReadIndex rounds in flight, by context
+	waiting []readWait            // read index known, waiting for apply
+	nextID  uint64
+	// leaseUntil: this node's leadership in leaseTerm was confirmed by a
+	// quorum at a time t, and leaseUntil = t + Config.leaseDuration().
+	leaseUntil time.Time
+	leaseTerm  uint64
+	lastRead   time.Time // when a read was last asked for (lease renewal)
+}
+
+type readRound struct {
+	start   time.Time
+	term    uint64
+	waiters []*readRequest
+}
+
+type readWait struct {
+	index uint64
+	req   *readRequest
+}
+
+func (r *readState) init() { r.rounds = make(map[uint64]*readRound) }
+
+// queueRead takes one read barrier.
+func (c *core) queueRead(req *readRequest) {
+	if !c.isLeader {
+		req.done(c.notLeaderErr())
+		return
+	}
+	now := c.h.clock.Now()
+	c.reads.lastRead = now
+	if index, ok := c.leaseReadIndex(now); ok {
+		c.reads.wait(c.applied, index, req)
+		return
+	}
+	c.reads.queue = append(c.reads.queue, req)
+}
+
+// leaseReadIndex returns the commit index when this node holds a lease and
+// has committed an entry in its term (before that, its commit index may lag
+// the previous leader's).
+func (c *core) leaseReadIndex(now time.Time) (uint64, bool) {
+	r := &c.reads
+	if c.h.cfg.DisableLease || r.leaseTerm != c.term || !now.Before(r.leaseUntil) {
+		return 0, false
+	}
+	bs := c.rn.BasicStatus()
+	if bs.LeadTransferee != 0 || bs.Term != c.term {
+		return 0, false
+	}
+	if term, err := c.s.Term(bs.Commit); err != nil || term != c.term {
+		return 0, false
+	}
+	return bs.Commit, true
+}
+
+// startRound asks Raft for a read index for every queued read.
+func (r *readState) startRound(c *core) {
+	if len(r.queue) == 0 {
+		return
+	}
+	r.newRound(c, r.queue)
+	r.queue = nil
+}
+
+func (r *readState) newRound(c *core, waiters []*readRequest) {
+	r.nextID++
+	r.rounds[r.nextID] = &readRound{start: c.h.clock.Now(), term: c.term, waiters: waiters}
+	c.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.nextID))
+}
+
+// maybeRenewLease starts an empty round when reads are being served and the
+// lease ends within half its length, so that a steady read load never waits
+// for a round trip.
+func (c *core) maybeRenewLease() {
+	r := &c.reads
+	lease := c.h.cfg.leaseDuration()
+	if c.h.cfg.DisableLease || !c.isLeader || lease == 0 || len(r.rounds) > 0 {
+		return
+	}
+	now := c.h.clock.Now()
+	if now.Sub(r.lastRead) > lease || r.leaseUntil.Sub(now) > lease/2 {
+		return
+	}
+	r.newRound(c, nil)
+}
+
+// onReadStates completes the rounds Raft answered.
+func (r *readState) onReadStates(c *core, states []raft.ReadState) {
+	for _, rs := range states {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.LittleEndian.Uint64(rs.RequestCtx)
+		round := r.rounds[id]
+		if round == nil {
+			continue
+		}
+		delete(r.rounds, id)
+		if round.term == c.term && c.isLeader {
+			until := round.start.Add(c.h.cfg.leaseDuration())
+			if r.leaseTerm != c.term || until.After(r.leaseUntil) {
+				r.leaseUntil, r.leaseTerm = until, c.term
+			}
+		}
+		for _, req := range round.waiters {
+			r.wait(c.applied, rs.Index, req)
+		}
+	}
+}
+
+func (r *readState) wait(applied, index uint64, req *readRequest) {
+	if applied >= index {
+		req.done(nil)
+		return
+	}
+	r.waiting = append(r.waiting, readWait{index: index, req: req})
+}
+
+// complete finishes the reads whose index is applied.
+func (r *readState) complete(applied uint64) {
+	if len(r.waiting) == 0 {
+		return
+	}
+	r.waiting = slices.DeleteFunc(r.waiting, func(w readWait) bool {
+		if w.index <= applied {
+			w.req.done(nil)
+			return true
+		}
+		return false
+	})
+}
+
+// onNewTerm drops the lease: it was for another term.
+func (r *readState) onNewTerm(c *core) {
+	r.leaseUntil, r.leaseTerm = time.Time{}, c.term
+}
+
+// onLostLeadership fails the reads that have no read index yet. Reads that
+// have one stay: the index was confirmed while this node led, so serving them
+// once applied is still linearizable.
+func (r *readState) onLostLeadership(c *core) {
+	err := c.notLeaderErr()
+	for _, req := range r.queue {
+		req.done(err)
+	}
+	r.queue = nil
+	r.failRounds(err)
+	r.leaseUntil = time.Time{}
+}
+
+// failRounds fails the waiters of every round in flight, in round order.
+func (r *readState) failRounds(err error) {
+	ids := make([]uint64, 0, len(r.rounds))
+	for id := range r.rounds {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		for _, req := range r.rounds[id].waiters {
+			req.done(err)
+		}
+		delete(r.rounds, id)
+	}
+}
+
+// fail fails every read (the group stopped).
+func (r *readState) fail(err error) {
+	for _, w := range r.waiting {
+		w.req.done(err)
+	}
+	r.waiting = nil
+	for _, req := range r.queue {
+		req.done(err)
+	}
+	r.queue = nil
+	r.failRounds(err)
+}

@@ -1,0 +1,43 @@
+package replication
+
+import (
+	"context"
+	"io"
+)
+
+// StateMachine is what a group replicates: the group applies committed
+// entries to it, in log order, on the group's loop goroutine.
+//
+// Recovery and snapshots rely on one property: applying entries again, from
+// an older index, to a state that is already newer must converge to the same
+// state as applying them once (a redo log: block writes have it). After a
+// crash the group applies again every committed entry after its log's
+// snapshot point, and a snapshot that is cut short (a failed Restore, a crash)
+// leaves the state partly newer until the entries that follow are applied.
+type StateMachine interface {
+	// Apply applies the committed entry at index. data is valid only during
+	// the call. An error stops the group on this node: a replica that cannot
+	// apply an entry must not apply later ones.
+	Apply(ctx context.Context, index uint64, data []byte) error
+	// AppliedIndex returns the highest index whose effect is durable in the
+	// state machine. The group never compacts its log past it, and after a
+	// restart it does not apply entries up to it again.
+	AppliedIndex() uint64
+	// Snapshot writes the whole state to w, streaming it (never building it
+	// whole in memory). It runs on a transport goroutine, concurrently with
+	// Apply; the state it writes may include entries applied while it runs
+	// (see above for why that is safe).
+	Snapshot(w io.Writer) error
+	// Restore replaces the state with the one read from r, which Snapshot
+	// wrote on the leader when its applied index was index, and makes it
+	// durable: AppliedIndex returns at least index afterwards.
+	Restore(r io.Reader, index uint64) error
+}
+
+// Checkpointer is implemented by a StateMachine whose applied entries become
+// durable only when asked, so that its AppliedIndex lags its Apply calls. The
+// group calls Checkpoint before it compacts its log, and compacts only up to
+// the index returned: every entry applied up to it is then durable.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context) (uint64, error)
+}

@@ -1,0 +1,217 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"basalt/cache"
+	"basalt/pkg/backend"
+	"basalt/pkg/pmem"
+)
+
+func pmemFake(size int) *pmem.Fake { return pmem.NewFake(size, 1) }
+
+// TestVolumeImplementsTheBackendContract drives a replicated volume on three
+// TCP hosts through backend.Backend: writes larger than one proposal, trims,
+// write-zeroes, range checks, Flush on the leader and a follower, Close; and
+// checks that the followers' replicas end up equal to the leader's.
+func TestVolumeImplementsTheBackendContract(t *testing.T) {
+	c := newTCPCluster(t, 16<<20, nil)
+	leader, ok := c.leader(5 * time.Second)
+	if !ok {
+		t.Fatal("no leader")
+	}
+	v := c.vols[leader]
+	ctx := context.Background()
+	big := make([]byte, 3<<20+8192) // four proposals
+	for i := range big {
+		big[i] = byte(i / 4096)
+	}
+	if err := v.WriteAt(ctx, big, 4096, backend.WriteFUA); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(big))
+	if err := v.ReadAt(ctx, got, 4096); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("read back a 3 MiB write: %v", err)
+	}
+	if err := v.Trim(ctx, 8192, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteZeroes(ctx, 1<<20, 4096); err != nil {
+		t.Fatal(err)
+	}
+	block := make([]byte, 4096)
+	for _, off := range []int64{8192, 12288, 1 << 20} {
+		if err := v.ReadAt(ctx, block, off); err != nil || !bytes.Equal(block, make([]byte, 4096)) {
+			t.Fatalf("block at %d after trim/write-zeroes: %v %v", off, block[:4], err)
+		}
+	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatalf("Flush on the leader: %v", err)
+	}
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"misaligned write", v.WriteAt(ctx, make([]byte, 100), 0, 0), backend.ErrMisaligned},
+		{"misaligned read", v.ReadAt(ctx, make([]byte, 4096), 10), backend.ErrMisaligned},
+		{"write past the end", v.WriteAt(ctx, make([]byte, 4096), v.Size(), 0), backend.ErrOutOfRange},
+		{"trim past the end", v.Trim(ctx, v.Size()-4096, 8192), backend.ErrOutOfRange},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, tt.err, tt.want)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for id, f := range c.vols {
+		if id == leader {
+			continue
+		}
+		for f.Group().Status().Applied < v.Group().Status().Commit && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if err := f.Flush(ctx); !errors.Is(err, backend.ErrInaccessible) && !errors.Is(err, backend.ErrTransition) {
+			t.Errorf("Flush on follower %v: %v, want an ANA error", id, err)
+		}
+		want, have := make([]byte, tcpVolumeSize), make([]byte, tcpVolumeSize)
+		_ = c.locals[leader].ReadAt(ctx, want, 0)
+		_ = c.locals[id].ReadAt(ctx, have, 0)
+		if !bytes.Equal(want, have) {
+			t.Errorf("follower %v's replica differs from the leader's", id)
+		}
+	}
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.WriteAt(ctx, block, 0, 0); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("write after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestWatchAndStatusFollowLeadershipTransfer transfers leadership and checks
+// that Watch reports the new leader on every node and Status agrees.
+func TestWatchAndStatusFollowLeadershipTransfer(t *testing.T) {
+	c := newSimCluster(t, 21, nil)
+	c.startAll()
+	leader := c.leader()
+	c.run(50 * time.Millisecond)
+	watches := map[NodeID]<-chan NodeID{}
+	for id, v := range c.vols {
+		watches[id] = v.Group().Watch()
+	}
+	to := leader%3 + 1
+	c.vols[leader].Group().TransferLeadership(to)
+	c.runUntil(5*time.Second, "the transfer", func() bool { return c.vols[to].Group().IsLeader() })
+	c.run(50 * time.Millisecond)
+	for id, w := range watches {
+		select {
+		case got := <-w:
+			if got != to {
+				t.Errorf("%v's watch says %v, want %v", id, got, to)
+			}
+		default:
+			t.Errorf("%v's watch reported nothing", id)
+		}
+		st := c.vols[id].Group().Status()
+		if st.Leader != to || st.Node != id || st.Group != 1 {
+			t.Errorf("%v's status: %+v", id, st)
+		}
+	}
+	st := c.vols[to].Group().Status()
+	if st.Role != RoleLeader || len(st.Peers) != 3 {
+		t.Errorf("new leader's status: %+v", st)
+	}
+	if err := c.hosts[to].RemoveGroup(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := <-c.vols[to].Group().Watch(); open {
+		t.Error("Watch on a removed group is not closed")
+	}
+	if err := c.write(to, 0, 1); !errors.Is(err, ErrStopped) {
+		t.Errorf("write on a removed group: %v, want ErrStopped", err)
+	}
+	c.crash(to)
+	h, err := NewHost(Config{NodeID: to, LogRegion: c.regions[to], Transport: c.net.Endpoint(to), Manual: true,
+		Clock: c.clock, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.RecoveredGroups(); len(got) != 0 {
+		t.Errorf("a removed group was recovered: %v", got)
+	}
+	other := to%3 + 1
+	c.crash(other)
+	h, err = NewHost(Config{NodeID: other, LogRegion: c.regions[other], Transport: c.net.Endpoint(other), Manual: true,
+		Clock: c.clock, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.RecoveredGroups(); len(got) != 1 || got[0] != 1 {
+		t.Errorf("recovered groups %v, want [g1]", got)
+	}
+}
+
+// stuckSM applies but never makes anything durable, so its group can never
+// compact its log.
+type stuckSM struct{ discardSM }
+
+func (s *stuckSM) AppliedIndex() uint64 { return 0 }
+
+// TestCloseUnblocksAGroupWaitingForBufferSpace fills a host's write buffer
+// with a group that cannot compact, so that its loop waits for space inside
+// Append; Close must still return, failing the pending proposals.
+func TestCloseUnblocksAGroupWaitingForBufferSpace(t *testing.T) {
+	h, err := NewHost(Config{NodeID: 1, Listen: "127.0.0.1:0", LogRegion: pmemFake(4096 + 256<<10), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := h.AddGroup(1, []NodeID{1}, &stuckSM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !g.IsLeader() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	results := make(chan error, 8)
+	for range 8 { // propose until something fails: the buffer holds 256 KiB
+		go func() {
+			for {
+				if err := g.Propose(context.Background(), make([]byte, 4096)); err != nil {
+					results <- err
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for h.Stats().SpaceWaits == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if h.Stats().SpaceWaits == 0 {
+		t.Fatal("the buffer never filled")
+	}
+	time.Sleep(20 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return while a group waited for buffer space")
+	}
+	for range 8 {
+		if err := <-results; !errors.Is(err, ErrStopped) && !errors.Is(err, ErrNoLeader) || errors.Is(err, cache.ErrTooLarge) {
+			t.Errorf("pending proposal: %v", err)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"testing/cryptotest"
+	"time"
+)
+
+var (
+	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds to run (default: 4, or 1 with -short)")
+	flagFirst    = flag.Uint64("sim.first", 1, "first seed of the run")
+	flagSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: its trace)")
+	flagDuration = flag.Duration("sim.duration", 6*time.Second, "simulated time of the chaotic phase per seed")
+)
+
+// TestSim runs the simulation for several seeds. A failure names its seed;
+// -sim.seed=S replays it exactly, and with -v prints its trace.
+func TestSim(t *testing.T) {
+	seeds := []uint64{}
+	switch {
+	case *flagSeed != 0:
+		seeds = append(seeds, *flagSeed)
+	default:
+		n := *flagSeeds
+		if n == 0 {
+			n = 4
+			if testing.Short() {
+				n = 1
+			}
+		}
+		for i := range uint64(n) {
+			seeds = append(seeds, *flagFirst+i)
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			s := runSeed(t, seed, *flagSeed != 0 && testing.Verbose(), *flagDuration)
+			if s.failure != nil {
+				t.Fatalf("seed %d failed: %v\nreplay: go test ./tests/sim -run 'TestSim$' -sim.seed=%d -v", seed, s.failure, seed)
+			}
+			t.Logf("seed %d: %d writes acknowledged, %d unknown, %d reads checked, %d crashes (%d power losses), "+
+				"%d partitions, %d transfers; network %+v", seed, s.stats.acked, s.stats.unknown, s.stats.reads,
+				s.stats.crashes, s.stats.powerLosses, s.stats.partitions, s.stats.transfers, s.net.Stats())
+		})
+	}
+}
+
+// runSeed runs one seed: the chaotic phase, then convergence and the final
+// checks.
+func runSeed(t *testing.T, seed uint64, verbose bool, d time.Duration) *sim {
+	cryptotest.SetGlobalRandom(t, seed) // Raft's election timeouts
+	s := newSim(t, seed, verbose)
+	s.run(d, true)
+	if s.failure == nil {
+		s.converge()
+	}
+	return s
+}
+
+// TestSimIsDeterministic runs one seed twice and compares the digests of
+// their traces: a seed must replay exactly.
+func TestSimIsDeterministic(t *testing.T) {
+	var digests [2]uint64
+	for i := range digests {
+		s := runSeed(t, 42, false, 1500*time.Millisecond)
+		if s.failure != nil {
+			t.Fatalf("seed 42: %v", s.failure)
+		}
+		digests[i] = s.trace.Sum64()
+	}
+	if digests[0] != digests[1] {
+		t.Fatalf("two runs of seed 42 differ: trace digests %x and %x", digests[0], digests[1])
+	}
+}
