@@ -12,12 +12,14 @@ import (
 // address (a node keeps its ID when it moves). 0 means "none".
 type NodeID uint64
 
+// String returns "n" and the number, as logs show it.
 func (n NodeID) String() string { return "n" + strconv.FormatUint(uint64(n), 10) }
 
 // GroupID names a Raft group: one per volume, plus the cluster's metadata
 // group. 0 is not a valid group.
 type GroupID uint64
 
+// String returns "g" and the number, as logs show it.
 func (g GroupID) String() string { return "g" + strconv.FormatUint(uint64(g), 10) }
 
 // Errors. Those a volume returns to the target wrap a backend error class, so

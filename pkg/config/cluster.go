@@ -201,8 +201,8 @@ func cmpOr(s, def string) string {
 func (c *Config) validateCluster() []error {
 	cl := c.Cluster
 	if cl == nil {
-		if c.Store != nil {
-			return []error{fmt.Errorf("[store] needs a [cluster] section (a single node serves [[subsystem]] backends)")}
+		if c.Store != nil && c.Node.DataDir == "" {
+			return []error{fmt.Errorf("[store] needs node.data_dir (the store's metadata lives there)")}
 		}
 		return nil
 	}

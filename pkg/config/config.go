@@ -233,13 +233,13 @@ func (c *Config) Validate() error {
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Subsystems {
-		errs = append(errs, s.validate(i, seen)...)
+		errs = append(errs, s.validate(i, seen, c.Store != nil)...)
 	}
 	errs = append(errs, c.validateCluster()...)
 	return errors.Join(errs...)
 }
 
-func (s *Subsystem) validate(i int, seen map[string]bool) []error {
+func (s *Subsystem) validate(i int, seen map[string]bool, haveStore bool) []error {
 	var errs []error
 	where := fmt.Sprintf("subsystem[%d] %q", i, s.NQN)
 	if !strings.HasPrefix(s.NQN, "nqn.") || len(s.NQN) > 223 {
@@ -262,8 +262,14 @@ func (s *Subsystem) validate(i int, seen map[string]bool) []error {
 			errs = append(errs, fmt.Errorf("%s: duplicate nsid", w))
 		}
 		nsids[n.NSID] = true
-		if n.Backend != "memory" && n.Backend != "file" {
-			errs = append(errs, fmt.Errorf("%s: backend %q: want \"memory\" or \"file\"", w, n.Backend))
+		if n.Backend != "memory" && n.Backend != "file" && n.Backend != "store" {
+			errs = append(errs, fmt.Errorf("%s: backend %q: want \"memory\", \"file\" or \"store\"", w, n.Backend))
+		}
+		if n.Backend == "store" && !haveStore {
+			errs = append(errs, fmt.Errorf("%s: store backend needs a [store] section (drives and write buffer)", w))
+		}
+		if n.Backend == "store" && n.BlockSize != 4096 {
+			errs = append(errs, fmt.Errorf("%s: the store serves 4096-byte blocks only", w))
 		}
 		if n.Backend == "file" && n.Path == "" {
 			errs = append(errs, fmt.Errorf("%s: file backend needs a path", w))

@@ -170,10 +170,31 @@ func TestClusterValidation(t *testing.T) {
 	}
 }
 
-func TestStoreNeedsCluster(t *testing.T) {
+func TestSingleNodeStoreNeedsDataDir(t *testing.T) {
 	_, err := Load(write(t, "[store]\ndrives = [\"/d\"]\nbuffer = \"/b\"\nbuffer_size = \"1MiB\"\n"))
-	if err == nil || !strings.Contains(err.Error(), "[store] needs a [cluster]") {
+	if err == nil || !strings.Contains(err.Error(), "[store] needs node.data_dir") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStoreBackendNeedsStoreSection(t *testing.T) {
+	_, err := Load(write(t, `
+[[subsystem]]
+nqn = "nqn.2026-11.io.basalt:v"
+allow_any_host = true
+  [[subsystem.namespace]]
+  nsid = 1
+  backend = "store"
+  size = "64MiB"
+  block_size = 512
+`))
+	if err == nil {
+		t.Fatal("store backend without [store] accepted")
+	}
+	for _, want := range []string{"needs a [store] section", "4096-byte blocks only"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
 	}
 }
 

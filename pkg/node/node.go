@@ -38,6 +38,8 @@ type Node struct {
 	serveErr  chan error
 	// cl is the cluster part; nil on a single node.
 	cl *clusterParts
+	// storage holds a single node's store (with [store]); nil otherwise.
+	storage *clusterParts
 }
 
 // Start opens every namespace's backend, builds the target and starts serving.
@@ -60,6 +62,12 @@ func Start(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 		return n, fmt.Errorf("node: target: %w", err)
 	}
 	n.target = t
+	if cfg.Store != nil {
+		n.storage = &clusterParts{log: log}
+		if err := n.storage.openStorage(cfg, log); err != nil {
+			return n, err
+		}
+	}
 	for _, s := range cfg.Subsystems {
 		if err := n.addSubsystem(s); err != nil {
 			return n, err
@@ -86,7 +94,7 @@ func (n *Node) addSubsystem(s config.Subsystem) error {
 		AllowAnyHost: s.AllowAnyHost, Hosts: s.Hosts,
 	}
 	for _, ns := range s.Namespaces {
-		b, err := openBackend(ns)
+		b, err := n.openBackend(s.NQN, ns)
 		if err != nil {
 			return fmt.Errorf("node: subsystem %s namespace %d: %w", s.NQN, ns.NSID, err)
 		}
@@ -107,8 +115,10 @@ func (n *Node) addSubsystem(s config.Subsystem) error {
 	return nil
 }
 
-func openBackend(ns config.Namespace) (backend.Backend, error) {
+func (n *Node) openBackend(nqn string, ns config.Namespace) (backend.Backend, error) {
 	switch ns.Backend {
+	case "store":
+		return n.openStoreVolume(nqn, ns)
 	case "memory":
 		return backend.NewMemory(int64(ns.Size), ns.BlockSize)
 	case "file":
@@ -210,5 +220,25 @@ func (n *Node) Close() error {
 		errs = append(errs, b.Flush(context.Background()), b.Close())
 	}
 	n.backends = nil
+	if n.storage != nil {
+		errs = append(errs, n.storage.closeStorage())
+		n.storage = nil
+	}
 	return errors.Join(errs...)
+}
+
+// openStoreVolume opens (or creates, on first start) the store volume that
+// backs a single node's namespace. The volume is named after the subsystem
+// NQN and NSID, so a restart finds its data again.
+func (n *Node) openStoreVolume(nqn string, ns config.Namespace) (backend.Backend, error) {
+	name := fmt.Sprintf("%s/ns%d", nqn, ns.NSID)
+	v, err := storeReplicas{s: n.storage.store}.Open(name, int64(ns.Size))
+	if err != nil {
+		return nil, err
+	}
+	if v.Size() != int64(ns.Size) {
+		_ = v.Close()
+		return nil, fmt.Errorf("store volume %s holds %d bytes, the configuration says %d", name, v.Size(), int64(ns.Size))
+	}
+	return v, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,7 +27,7 @@ const (
 // not on the host list refused, and a clean kernel log.
 func TestKernelHostAgainstBasaltd(t *testing.T) {
 	Setup(t)
-	d := newDaemon(t)
+	d := newDaemon(t, backendFile)
 	d.start()
 	tg := d.target()
 	script := GuestScript(tg.vars(), []string{"hostflow.sh"}, "host_flow\n")
@@ -43,8 +44,30 @@ func TestKernelHostAgainstBasaltd(t *testing.T) {
 // reconnect (reconnect_delay=1, ctrl_loss_tmo=30), finish the stalled writes,
 // and read back what was written before the kill.
 func TestKernelHostSurvivesTargetKill(t *testing.T) {
+	for _, b := range []backendKind{backendFile, backendStore} {
+		t.Run(string(b), func(t *testing.T) { testKernelHostSurvivesTargetKill(t, b) })
+	}
+}
+
+// TestKernelHostAgainstStoreBackedBasaltd runs the acceptance flow against a
+// namespace served by the log-structured store (three file drives, parity
+// 1, write buffer in a mapped file): dd, mkfs.ext4, mount, checksums.
+func TestKernelHostAgainstStoreBackedBasaltd(t *testing.T) {
 	Setup(t)
-	d := newDaemon(t)
+	d := newDaemon(t, backendStore)
+	d.start()
+	tg := d.target()
+	script := GuestScript(tg.vars(), []string{"hostflow.sh"}, "host_flow\n")
+	r := Boot(t, BootOptions{Script: script, Timeout: 4 * time.Minute})
+	RequireOK(t, r)
+	checkHostFlow(t, r.Console, tg)
+	CheckDmesg(t, r.Console, tg.dmesgAllow())
+	d.stop()
+}
+
+func testKernelHostSurvivesTargetKill(t *testing.T, b backendKind) {
+	Setup(t)
+	d := newDaemon(t, b)
 	d.start()
 	tg := d.target()
 	body := "target_kill() { mark kill-target; }\ntarget_restart() { mark restart-target; }\nfailover_flow\n"
@@ -125,7 +148,15 @@ type daemon struct {
 	err  error // Wait's result, valid after done is closed
 }
 
-func newDaemon(t *testing.T) *daemon {
+// backendKind selects what serves the test namespace.
+type backendKind string
+
+const (
+	backendFile  backendKind = "file"  // a file with O_DIRECT where possible
+	backendStore backendKind = "store" // the log-structured store (pkg/store)
+)
+
+func newDaemon(t *testing.T, b backendKind) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemon{t: t, bin: basaltdBinary(t), cfg: filepath.Join(dir, "basaltd.toml"),
@@ -145,12 +176,24 @@ hosts = [%q]
 
   [[subsystem.namespace]]
   nsid = 1
-  backend = "file"
+  backend = %q
   path = %q
   size = "%dMiB"
   block_size = %d
-`, d.port, d.port, basaltdPortID, subNQN, hostNQN, filepath.Join(dir, "ns1.img"),
+`, d.port, d.port, basaltdPortID, subNQN, hostNQN, string(b), filepath.Join(dir, "ns1.img"),
 		basaltdNSBytes>>20, basaltdBlockSize)
+	if b == backendStore {
+		cfg = fmt.Sprintf("[node]\ndata_dir = %q\n\n", dir) + strings.Replace(cfg, "[node]\n", "[node_]\n", 1)
+		cfg = strings.Replace(cfg, "[node_]\nname = \"node1\"\n", "", 1)
+		cfg += fmt.Sprintf(`
+[store]
+drives = [%q, %q, %q]
+drive_size = "256MiB"
+buffer = %q
+buffer_size = "64MiB"
+parity = 1
+`, filepath.Join(dir, "drive0"), filepath.Join(dir, "drive1"), filepath.Join(dir, "drive2"), filepath.Join(dir, "wbuf"))
+	}
 	if err := os.WriteFile(d.cfg, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
