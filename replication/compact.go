@@ -30,7 +30,7 @@ func (c *core) maybeCompact() error {
 		(force && target > c.s.snapIndex)
 	compacted := false
 	if due {
-		durable, err := c.durableApplied()
+		durable, err := c.durableApplied(force || c.flushDue(pressure))
 		if err != nil {
 			return err
 		}
@@ -54,14 +54,36 @@ func (c *core) maybeCompact() error {
 	return nil
 }
 
+// flushStep is how many applied entries may wait to become durable in the
+// state machine before a routine compaction asks a Checkpointer to make them
+// durable: a checkpoint may cost a drive write and sync (a store replica on a
+// volatile buffer pads and writes a partial stripe), and it runs on the loop,
+// so routine compactions use the durable index the state machine already has
+// and checkpoint only every flushStep entries (every compactStep under
+// pressure). The releaser's requests still checkpoint at once.
+func (c *core) flushStep() uint64 {
+	return max(c.h.cfg.CompactionMargin, c.compactStep())
+}
+
+// flushDue reports whether the applied entries not yet known durable are
+// flushStep or more (compactStep or more under pressure).
+func (c *core) flushDue(pressure bool) bool {
+	step := c.flushStep()
+	if pressure {
+		step = c.compactStep()
+	}
+	return c.applied >= c.sm.AppliedIndex()+step
+}
+
 // durableApplied returns the highest applied index whose effect is
-// durable: the state machine's durable index (a Checkpointer is asked to make
-// its applied entries durable first), or the applied index itself when the
-// state machine has made durable everything it was given, since the entries
-// after (empty and configuration entries) change nothing in it.
-func (c *core) durableApplied() (uint64, error) {
+// durable: the state machine's durable index (with checkpoint, a
+// Checkpointer is asked to make its applied entries durable first), or the
+// applied index itself when the state machine has made durable everything it
+// was given, since the entries after (empty and configuration entries)
+// change nothing in it.
+func (c *core) durableApplied(checkpoint bool) (uint64, error) {
 	var durable uint64
-	if cp, ok := c.sm.(Checkpointer); ok {
+	if cp, ok := c.sm.(Checkpointer); ok && checkpoint {
 		d, err := cp.Checkpoint(c.ctx)
 		if err != nil {
 			return 0, err

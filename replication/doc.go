@@ -101,8 +101,13 @@
 // CompactionMargin entries (kept so that a follower a little behind catches
 // up from the log), in steps of a quarter margin; under buffer pressure the
 // margin is 0. It never compacts past the state machine's durable applied
-// index (a Checkpointer, such as Volume, is asked to flush first), nor past
-// a snapshot that is being streamed. Compaction is one state record.
+// index, nor past a snapshot that is being streamed. Compaction is one state
+// record. A Checkpointer (such as Volume, whose Checkpoint flushes the local
+// replica) is asked to make more of the log durable only when the applied but
+// not yet durable entries reach max(CompactionMargin, the compaction step),
+// when they reach one step under buffer pressure, or at once when the
+// releaser asks: a flush of the store pads and syncs a stripe, and doing it
+// on every compaction step held the group loop on drive syncs.
 //
 // # Snapshots
 //
