@@ -72,6 +72,7 @@ install_deps() {
 build() {
 	mkdir -p "$BIN"
 	go build -o "$BIN/basaltd" ./cmd/basaltd
+	go build -o "$BIN/basaltctl" ./cmd/basaltctl
 	if CGO_ENABLED=1 go build -tags ceph -o "$BIN/basalt-bench" ./cmd/basalt-bench; then
 		RBD_ENGINE=basalt-bench
 		log "basalt-bench built with its RBD backend (librbd): one load generator for every system"

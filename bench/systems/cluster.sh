@@ -1,31 +1,146 @@
 # shellcheck shell=bash
-# Shared by basalt-rf3.sh and basalt-rf2.sh: start the cluster through
-# $BASALT_CLUSTER_UP and read back where it listens.
+# Shared by basalt-rf3.sh and basalt-rf2.sh: the 3-node cluster of
+# scripts/run.sh, started in the bench's scratch directory.
+#
+#   node i (1..3): basaltd --config $dir/node$i/basaltd.toml
+#     NVMe/TCP, Raft and API on free 127.0.0.1 ports (picked at start)
+#     [store]    three drive files of max(SIZE_MIB, 1 GiB) each under
+#                $WORK (the disk under test, like Ceph's OSD files and
+#                the disk's fio file), parity 1 (k+1 across the drives)
+#     write buffer and Raft log on /dev/shm (256 MiB each; the reference
+#                gives Ceph's WAL/DB persistent memory, here tmpfs)
+#   one volume "bench" of SIZE_MIB MiB with replication factor RF, created
+#   with basaltctl once every node is active, used once it reports healthy.
+#
+# It sets SYS_ADDRS (all three NVMe/TCP addresses: basalt-bench follows
+# ANA to the volume's leader, like the Linux host), SYS_NQN, SYS_PIDS (the
+# three basaltd, for CPU per I/O) and registers basalt_cluster_down.
 
+CLUSTER_PORTS=()
+
+# cluster_free_ports N: N distinct TCP ports nobody listens on, below the
+# kernel's ephemeral range (so no outgoing connection takes one meanwhile).
+cluster_free_ports() {
+	local n=$1 p used
+	used=$(ss -Htan 2>/dev/null | awk '{n=split($4,a,":"); print a[n]}' | sort -u)
+	CLUSTER_PORTS=()
+	while [ ${#CLUSTER_PORTS[@]} -lt "$n" ]; do
+		p=$((20000 + RANDOM % 12000))
+		grep -qx "$p" <<<"$used" && continue
+		[[ " ${CLUSTER_PORTS[*]} " == *" $p "* ]] && continue
+		CLUSTER_PORTS+=("$p")
+	done
+}
+
+# cluster_config I DIR SHM: node I's basaltd.toml on stdout. Ports:
+# CLUSTER_PORTS[3(j-1)+0,1,2] are node j's NVMe, Raft and API ports.
+cluster_config() {
+	local i=$1 dir=$2 shm=$3 j drive_mib=$((SIZE_MIB > 1024 ? SIZE_MIB : 1024))
+	local nv=${CLUSTER_PORTS[3 * (i - 1)]} rf=${CLUSTER_PORTS[3 * (i - 1) + 1]} api=${CLUSTER_PORTS[3 * (i - 1) + 2]}
+	cat <<CFG
+# Written by bench/systems/cluster.sh.
+[node]
+name = "node$i"
+data_dir = "$dir/node$i"
+
+[nvme]
+listen = "127.0.0.1:$nv"
+advertise = "127.0.0.1:$nv"
+
+[log]
+level = "warn"
+
+[cluster]
+node_id = $i
+raft_listen = "127.0.0.1:$rf"
+api_listen = "127.0.0.1:$api"
+bootstrap = true
+CFG
+	for j in 1 2 3; do
+		cat <<PEER
+  [[cluster.peer]]
+  id = $j
+  name = "node$j"
+  raft = "127.0.0.1:${CLUSTER_PORTS[3 * (j - 1) + 1]}"
+  nvme = "127.0.0.1:${CLUSTER_PORTS[3 * (j - 1)]}"
+  api = "127.0.0.1:${CLUSTER_PORTS[3 * (j - 1) + 2]}"
+PEER
+	done
+	cat <<CFG
+
+[store]
+drives = ["$dir/node$i/drive0", "$dir/node$i/drive1", "$dir/node$i/drive2"]
+drive_size = "${drive_mib}MiB"
+buffer = "$shm/node$i.wbuf"
+buffer_size = "${BASALT_BUFFER_MIB:-256}MiB"
+parity = 1
+
+[raft_log]
+path = "$shm/node$i.raft"
+size = "${BASALT_RAFT_LOG_MIB:-256}MiB"
+CFG
+}
+
+cluster_ctl() { "$BIN/basaltctl" --api "http://127.0.0.1:${CLUSTER_PORTS[2]}" --timeout 10s "$@"; }
+
+# cluster_wait WHAT SECONDS CMD...: poll CMD every 0.5 s; fail (with the
+# nodes' last log lines) when it never succeeds or a node exits.
+cluster_wait() {
+	local what=$1 secs=$2 n=0 pid
+	shift 2
+	until "$@"; do
+		for pid in "${SYS_PIDS[@]}"; do
+			kill -0 "$pid" 2>/dev/null || { log "a basaltd exited while waiting for $what"; cluster_logs; return 1; }
+		done
+		n=$((n + 1))
+		[ $n -lt $((secs * 2)) ] || { log "timed out after $secs s waiting for $what"; cluster_logs; return 1; }
+		sleep 0.5
+	done
+}
+
+cluster_logs() { tail -n 8 "$CLUSTER_DIR"/node*.log >&2 || true; }
+
+cluster_active() {
+	cluster_ctl -o json cluster status 2>/dev/null | grep -q '"nodes_up": 3' &&
+		[ "$(cluster_ctl -o json node list 2>/dev/null | grep -c '"state": "active"')" = 3 ]
+}
+
+cluster_healthy() { cluster_ctl -o json volume show bench 2>/dev/null | grep -q '"health": "healthy"'; }
+
+# basalt_cluster_up RF: start the three nodes, create the volume, wait.
 basalt_cluster_up() {
-	local rf=$1 dir=$WORK/basalt-rf$1 line
-	rm -rf "$dir"
-	mkdir -p "$dir"
-	$BASALT_CLUSTER_UP "$rf" "$SIZE_MIB" "$dir" >"$dir/up.out" 2>"$dir/up.err" || { tail -5 "$dir/up.err" >&2; return 1; }
-	while read -r line; do
-		case $line in
-		ADDRS=*) SYS_ADDRS=${line#ADDRS=} ;;
-		NQN=*) SYS_NQN=${line#NQN=} ;;
-		PIDS=*) read -r -a SYS_PIDS <<<"${line#PIDS=}" ;;
-		esac
-	done <"$dir/up.out"
-	[ -n "${SYS_ADDRS:-}" ] && [ -n "${SYS_NQN:-}" ] || { echo "BASALT_CLUSTER_UP printed no ADDRS/NQN" >&2; return 1; }
-	CLUSTER_DIR=$dir
+	local rf=$1 i
+	CLUSTER_NAME=basalt-rf$rf CLUSTER_DIR=$WORK/basalt-rf$rf CLUSTER_SHM=/dev/shm/basalt-compare-rf$rf
+	rm -rf "$CLUSTER_DIR" "$CLUSTER_SHM"
+	mkdir -p "$CLUSTER_SHM"
+	cluster_free_ports 9
+	SYS_PIDS=()
 	SYS_DOWN+=(basalt_cluster_down)
-	log "cluster rf $rf: paths $SYS_ADDRS, NQN $SYS_NQN, daemons ${SYS_PIDS[*]}"
+	for i in 1 2 3; do
+		mkdir -p "$CLUSTER_DIR/node$i"
+		cluster_config "$i" "$CLUSTER_DIR" "$CLUSTER_SHM" >"$CLUSTER_DIR/node$i/basaltd.toml"
+		"$BIN/basaltd" --config "$CLUSTER_DIR/node$i/basaltd.toml" >"$CLUSTER_DIR/node$i.log" 2>&1 &
+		SYS_PIDS+=($!)
+	done
+	cluster_wait "3 active nodes" 90 cluster_active || return 1
+	cluster_ctl volume create bench --size "${SIZE_MIB}MiB" --rf "$rf" >"$CLUSTER_DIR/create.out" 2>&1 ||
+		{ cat "$CLUSTER_DIR/create.out" >&2; return 1; }
+	cluster_wait "volume bench healthy" 90 cluster_healthy || return 1
+	SYS_NQN=$(cluster_ctl -o json volume show bench | sed -n 's/.*"nqn": *"\([^"]*\)".*/\1/p' | head -1)
+	[ -n "$SYS_NQN" ] || { log "volume show printed no NQN"; return 1; }
+	SYS_ADDRS=127.0.0.1:${CLUSTER_PORTS[0]},127.0.0.1:${CLUSTER_PORTS[3]},127.0.0.1:${CLUSTER_PORTS[6]}
+	log "cluster rf $rf: volume bench ${SIZE_MIB} MiB healthy; paths $SYS_ADDRS; NQN $SYS_NQN; basaltd ${SYS_PIDS[*]}"
+	cluster_ctl volume show bench 2>/dev/null | sed 's/^/     /' | head -12 >&2 || true
 }
 
 basalt_cluster_down() {
 	local pid
-	for pid in "${SYS_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${SYS_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 	for pid in "${SYS_PIDS[@]}"; do
-		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 		kill -9 "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
 	done
-	rm -rf "$CLUSTER_DIR"
+	for pid in 1 2 3; do cp "$CLUSTER_DIR/node$pid.log" "$RAW/$CLUSTER_NAME.node$pid.log" 2>/dev/null || true; done
+	rm -rf "$CLUSTER_DIR" "$CLUSTER_SHM"
 }
