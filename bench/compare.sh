@@ -5,13 +5,15 @@
 # queue-depth sweep), then docs/bench/results.{json,md} and PNG plots.
 #
 #   bench/compare.sh              full run: 4 GiB volume/image, 30 s per point
-#   SMALL=1 bench/compare.sh      quick run: 1 GiB, 10 s per point (~20 min)
+#   SMALL=1 bench/compare.sh      quick run: 1 GiB, 10 s per point (~25 min)
 #
 # Environment (defaults in brackets):
-#   SYSTEMS      systems to measure, in order ["disk ceph basalt-node"]; each
-#                Basalt system NAME is started by bench/systems/NAME.sh
-#                (basalt-node: one basaltd, file backend; basalt-rf3 and
-#                basalt-rf2: the 3-node cluster, replication factor 3 / 2)
+#   SYSTEMS      systems to measure, in order ["disk ceph basalt-rf3 basalt-rf2"];
+#                each Basalt system NAME is started by bench/systems/NAME.sh
+#                (basalt-rf3 and basalt-rf2: the 3-node cluster, replication
+#                factor 3 / 2; basalt-node: one basaltd, file backend)
+#   BASALT_RAFT_LOG_MIB, BASALT_BUFFER_MIB  the cluster nodes' Raft log and
+#                write buffer on /dev/shm [256, 256: as scripts/run.sh]
 #   SIZE_MIB     volume, image and disk-file size [4096; SMALL: 1024]
 #   RUNTIME      measured seconds per point [30; SMALL: 10]
 #   RAMP         warm-up seconds per point [5; SMALL: 2]
@@ -33,7 +35,7 @@ else
 fi
 QD=${QD:-32}
 SWEEP_QDS=${SWEEP_QDS:-"1 2 4 8 16 32 64 128"}
-SYSTEMS=${SYSTEMS:-"disk ceph basalt-node"}
+SYSTEMS=${SYSTEMS:-"disk ceph basalt-rf3 basalt-rf2"}
 FIO_CROSSCHECK=${FIO_CROSSCHECK:-1}
 WORK=${WORK:-/var/tmp/basalt-compare}
 OUT=${OUT:-docs/bench}

@@ -12,7 +12,8 @@
 # by package, top functions self and inclusive); perf.data stays in $WORK.
 # Environment: SYSTEM [basalt-rf3], PRESET [W2], QD [32], SIZE_MIB [1024],
 # RAMP [5], RUNTIME [30], FREQ (samples/s) [999], WORK
-# [/var/tmp/basalt-profile], OUT [docs/bench].
+# [/var/tmp/basalt-profile], OUT [docs/bench]; BASALT_RAFT_LOG_MIB and
+# BASALT_BUFFER_MIB as for compare.sh (bench/systems/cluster.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,14 +40,15 @@ dev=(--addr "$SYS_ADDRS" --nqn "$SYS_NQN" --path-timeout 30s)
 pids=$(IFS=,; echo "${SYS_PIDS[*]}")
 leader=$(cluster_ctl -o json volume show bench | sed -n 's/.*"leader_name": *"\([^"]*\)".*/\1/p' | head -1)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
-"$BIN/basalt-bench" run "${dev[@]}" --preset "$PRESET" --qd "$QD" --ramp "${RAMP}s" --runtime "${RUNTIME}s" \
+timeout $((RAMP + RUNTIME + 60)) "$BIN/basalt-bench" run "${dev[@]}" --preset "$PRESET" --qd "$QD" --ramp "${RAMP}s" --runtime "${RUNTIME}s" \
 	--cpu-pid "$pids" --progress off >"$RAW/bench.txt" &
 bpid=$!
 sleep "$RAMP"
 log "perf record -F $FREQ -g -p $pids for $RUNTIME s"
 perf record -F "$FREQ" -g -p "$pids" -o "$WORK/perf.data" -- sleep "$RUNTIME" 2>"$RAW/perf.err" >&2
-wait "$bpid"
+wait "$bpid" || die "basalt-bench failed or hung: $(tail -2 "$RAW/bench.txt"); node logs in $RAW after teardown"
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
+set +o pipefail # head closes perf's pipes below
 
 # by_package: perf's flat self profile folded into Go packages (the symbol
 # up to the '.' that follows its last '/'), the kernel and other DSOs.
