@@ -184,19 +184,7 @@ func (g *Group) proposeEntry(ctx context.Context, entry []byte) error {
 	}
 	result := make(chan error, 1)
 	p := &proposal{data: entry, done: func(err error) { result <- err }, start: g.host.clock.Now()}
-	select {
-	case g.proposals <- p:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.stopping:
-		return g.stopErr()
-	}
-	select {
-	case err := <-result:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return submitAndWait(ctx, g, g.proposals, p, result)
 }
 
 func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
@@ -249,8 +237,14 @@ func (g *Group) ReadBarrier(ctx context.Context) error {
 	}
 	result := make(chan error, 1)
 	r := &readRequest{done: func(err error) { result <- err }}
+	return submitAndWait(ctx, g, g.reads, r, result)
+}
+
+// submitAndWait hands item to the group loop through ch and waits for its
+// result, giving up when ctx ends or the group stops before the hand-over.
+func submitAndWait[T any](ctx context.Context, g *Group, ch chan<- T, item T, result <-chan error) error {
 	select {
-	case g.reads <- r:
+	case ch <- item:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-g.stopping:
