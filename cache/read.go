@@ -101,6 +101,14 @@ func (b *Buffer) recordAt(pos uint64) (recordHeader, []byte, bool) {
 	return h, payload, true
 }
 
+// Used returns the bytes the log holds now (live records and padding),
+// the Used of Stats without the rest.
+func (b *Buffer) Used() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return int64(b.mu.head - b.mu.tail)
+}
+
 // Stats returns a snapshot of the Buffer's state and counters.
 func (b *Buffer) Stats() Stats {
 	b.mu.Lock()

@@ -9,28 +9,32 @@ func (c *core) compactStep() uint64 {
 
 // maybeCompact compacts the log behind the applied index (doc.go, "Log
 // compaction"): normally it keeps CompactionMargin applied entries for
-// followers that lag a little; under write-buffer pressure, or when the
+// followers that lag a little; under write-buffer pressure, when this
+// iteration held entries back for lack of space (starved), or when the
 // releaser asks this group to checkpoint, it keeps none. It never compacts
 // past the state machine's durable applied index (asking a Checkpointer to
-// make it durable first), nor past a snapshot that is streaming. A requested
-// checkpoint then rewrites the entries still needed into a new record if they
-// sit in old ones.
+// make it durable first), nor, unless the buffer is under pressure, past a
+// snapshot that is streaming. A requested checkpoint then rewrites the
+// entries still needed into a new record if they sit in old ones.
 func (c *core) maybeCompact() error {
 	force := c.g.checkpoint.Swap(false)
-	pressure := c.h.releaser.pressure.Load()
+	pressure := c.h.releaser.pressure.Load() || c.starved
+	urgent := force || c.starved
 	margin := c.h.cfg.CompactionMargin
-	if force || pressure {
+	if urgent || pressure {
 		margin = 0
 	}
 	target := c.applied - min(margin, c.applied)
-	for _, index := range c.snapshotsOut {
-		target = min(target, index)
+	if !pressure { // under pressure a streaming follower may need a new snapshot
+		for _, index := range c.snapshotsOut {
+			target = min(target, index)
+		}
 	}
 	due := target >= c.s.snapIndex+c.compactStep() || (pressure && target >= c.s.snapIndex+16) ||
-		(force && target > c.s.snapIndex)
+		(urgent && target > c.s.snapIndex)
 	compacted := false
 	if due {
-		durable, err := c.durableApplied(force || c.flushDue(pressure))
+		durable, err := c.durableApplied(urgent && c.sm.AppliedIndex() < target || c.flushDue(pressure))
 		if err != nil {
 			return err
 		}
@@ -45,13 +49,30 @@ func (c *core) maybeCompact() error {
 	// A compaction that left no entry in an older record already moved the
 	// pin to its new state record; otherwise rewrite what is needed.
 	if force && !(compacted && (len(c.s.ents) == 0 || c.s.ents[0].seq > c.s.stateSeq)) {
-		if err := c.s.checkpoint(c.ctx); err != nil {
-			c.h.log.Warn("checkpointing the log failed", "group", c.g.id, "err", err)
-			return nil
-		}
-		c.h.releaser.wake()
+		c.checkpoint()
 	}
 	return nil
+}
+
+// checkpoint rewrites the log into one new record if the write buffer has
+// room for it (space.go): a checkpoint only moves this group's pin, so when
+// the buffer is too full it waits for compaction, which needs no room.
+func (c *core) checkpoint() {
+	cost := c.s.checkpointCost()
+	if cost > int64(c.s.buf.Stats().MaxPayload) {
+		c.h.log.Debug("the log is too large to checkpoint; it waits for compaction", "group", c.g.id, "bytes", cost)
+		return
+	}
+	if n, _ := c.h.space.admitUpTo(func(int) int64 { return cost }, 1); n == 0 {
+		c.starve()
+		return
+	}
+	c.admitted += cost
+	if err := c.s.checkpoint(c.ctx); err != nil {
+		c.h.log.Warn("checkpointing the log failed", "group", c.g.id, "err", err)
+		return
+	}
+	c.h.releaser.wake()
 }
 
 // flushStep is how many applied entries may wait to become durable in the

@@ -91,9 +91,28 @@
 // (recover.go). A group that writes nothing would pin the buffer for ever;
 // when the buffer is more than half full the releaser asks the group with the
 // smallest pin to checkpoint: compact to its durable applied index and
-// rewrite whatever entries remain into one new state record. The buffer must
-// hold, with room to spare, every group's unapplied entries: size it to at
-// least twice what the groups may have in flight.
+// rewrite whatever entries remain into one new state record, if the buffer
+// has room for it (else the group waits for compaction).
+//
+// # Buffer space
+//
+// A loop never waits inside cache.Append for space that only its own
+// compaction could free (that wedged a leader once: its loop slept in Append
+// while its own entries pinned the buffer). Before a loop steps entries into
+// Raft it admits their bytes with the Host's space (space.go): a leader
+// steps only the queued proposals that fit and keeps the rest queued; a
+// follower drops an append message whose entries do not fit, as a lossy
+// network would, and the leader sends it again after the next heartbeat.
+// Admitted bytes count until the iteration has persisted them, so loops
+// admitting at once never exceed the limit together. The limit is the
+// buffer's size less a reserve (one largest entries record for padding at
+// a lap's end, and a sixteenth of the buffer) that only state records use:
+// compactions, hard states, installed snapshots — small, and what frees
+// space. An iteration that held entries back compacts with no margin,
+// asking its Checkpointer to make the applied entries durable first, and
+// the releaser wakes such loops when it frees space. Raft's own limit on
+// uncommitted bytes is back-pressure too: a dropped batch stays queued. So
+// host writes wait, never fail, when the buffer is full.
 //
 // # Log compaction
 //

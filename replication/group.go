@@ -37,7 +37,10 @@ type Group struct {
 	wakeCh    chan struct{}
 	// checkpoint asks the loop to compact and rewrite its log (releaser).
 	checkpoint atomic.Bool
-	reports    struct {
+	// starved: the loop held entries back for lack of write-buffer space;
+	// the releaser wakes it when it frees some.
+	starved atomic.Bool
+	reports struct {
 		sync.Mutex
 		unreachable []NodeID
 		snapshots   []snapshotReport

@@ -51,6 +51,7 @@ type Host struct {
 	routes atomic.Pointer[map[GroupID]*Group]
 
 	releaser releaser
+	space    space
 	wg       sync.WaitGroup
 }
 
@@ -83,6 +84,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.mu.removing = make(map[GroupID]*logStorage)
 	h.routes.Store(&map[GroupID]*Group{})
 	h.releaser.init(h)
+	h.space.init(buf)
 	for _, s := range logs {
 		s.recent.limit = cfg.EntryCacheSize
 		s.noWait = cfg.Manual
@@ -339,8 +341,17 @@ func cmpID[T ~uint64](a, b T) int {
 	return 0
 }
 
+// HostStats are the write buffer's statistics and the Host's admission
+// waits: how often a loop held entries back for lack of buffer space.
+type HostStats struct {
+	cache.Stats
+	AdmissionWaits uint64
+}
+
 // Stats returns the write buffer's statistics.
-func (h *Host) Stats() cache.Stats { return h.buf.Stats() }
+func (h *Host) Stats() HostStats {
+	return HostStats{Stats: h.buf.Stats(), AdmissionWaits: h.space.waits.Load()}
+}
 
 // hostHandler is the Host as the transport sees it.
 type hostHandler struct{ h *Host }

@@ -45,6 +45,12 @@ type core struct {
 	restored       uint64            // snapshot index restored into sm, awaiting Ready.Snapshot
 	fatal          error             // set by work done outside iterate (restore); stops the loop
 	early, late    []raftpb.Message  // scratch: messages sent before / after persisting
+	// admitted is the write-buffer space admitted for entries stepped in
+	// this iteration (space.go); given back once they are persisted.
+	admitted int64
+	// starved: this iteration held entries back for lack of space; it
+	// compacts all it can before it ends (compact.go).
+	starved bool
 
 	stats struct {
 		latency                                     time.Duration
@@ -104,11 +110,23 @@ func (c *core) tick() {
 }
 
 // step hands an inbound message to Raft. Errors (a message from a peer not
-// in the configuration, a stale response) are counted, not fatal.
+// in the configuration, a stale response) are counted, not fatal. An append
+// whose entries the write buffer has no room for is dropped, as a lossy
+// network would: the leader sends it again after the next heartbeat, by
+// which time compaction has made room (space.go).
 func (c *core) step(m raftpb.Message) {
 	if c.voteDelayed(m) {
 		c.stats.dropped++
 		return
+	}
+	if m.Type == raftpb.MsgApp && len(m.Entries) > 0 {
+		cost := entriesCost(m.Entries)
+		if n, _ := c.h.space.admitUpTo(func(int) int64 { return cost }, 1); n == 0 {
+			c.stats.dropped++
+			c.starve()
+			return
+		}
+		c.admitted += cost
 	}
 	if err := c.rn.Step(m); err != nil {
 		c.stats.dropped++
@@ -130,12 +148,27 @@ func (c *core) voteDelayed(m raftpb.Message) bool {
 
 func (c *core) queueProposal(p *proposal) { c.batch = append(c.batch, p) }
 
+// starve notes that entries were held back for lack of write-buffer space.
+func (c *core) starve() {
+	c.starved = true
+	c.g.starved.Store(true)
+}
+
+// releaseAdmitted gives back the space admitted in this iteration: what
+// was stepped is persisted now (iterate handles Ready until there is none),
+// and counted in the buffer's Used instead.
+func (c *core) releaseAdmitted() {
+	c.h.space.release(c.admitted)
+	c.admitted = 0
+}
+
 // iterate drains everything queued for the group, in a fixed order, then
 // handles Raft's Ready until there is none. It reports whether it did
 // anything. An error means the group can no longer go on (storage or state
 // machine failure).
 func (c *core) iterate() (bool, error) {
 	busy := c.drain()
+	defer c.releaseAdmitted()
 	if c.fatal != nil {
 		return true, c.fatal
 	}
@@ -148,7 +181,9 @@ func (c *core) iterate() (bool, error) {
 		}
 	}
 	c.reads.complete(c.applied)
-	if err := c.maybeCompact(); err != nil {
+	err := c.maybeCompact()
+	c.starved = false
+	if err != nil {
 		return true, err
 	}
 	if busy {
@@ -193,23 +228,53 @@ func (c *core) drainReports() bool {
 }
 
 // stepProposals steps the batched proposals into Raft as one message, so
-// that they become consecutive entries of one Ready.
+// that they become consecutive entries of one Ready. Only as many as the
+// write buffer has room for are stepped (space.go); the rest wait in the
+// batch for compaction to free space, as does the whole batch when Raft
+// drops it for too many uncommitted bytes: both are back-pressure, not
+// failures.
 func (c *core) stepProposals() {
 	if len(c.batch) == 0 {
 		return
 	}
-	batch := c.batch
-	c.batch = c.batch[:0]
 	if !c.isLeader || c.rn.BasicStatus().LeadTransferee != 0 {
 		err := c.notLeaderErr()
 		if c.isLeader {
 			err = ErrProposalDropped
 		}
-		for _, p := range batch {
+		for _, p := range c.batch {
 			p.done(err)
 		}
+		clear(c.batch)
+		c.batch = c.batch[:0]
 		return
 	}
+	n, bytes := c.h.space.admitUpTo(func(i int) int64 { return entryCost(len(c.batch[i].data)) }, len(c.batch))
+	if n < len(c.batch) {
+		c.starve()
+	}
+	if n == 0 {
+		return
+	}
+	if err := c.propose(c.batch[:n]); err != nil {
+		c.h.space.release(bytes)
+		if errors.Is(err, raft.ErrProposalDropped) {
+			return // too many uncommitted bytes: retried on the next iteration
+		}
+		for _, p := range c.batch[:n] {
+			p.done(err)
+		}
+	} else {
+		c.admitted += bytes
+	}
+	rest := copy(c.batch, c.batch[n:])
+	clear(c.batch[rest:])
+	c.batch = c.batch[:rest]
+}
+
+// propose steps batch into Raft as one proposal message and registers it
+// as pending; on error nothing is registered.
+func (c *core) propose(batch []*proposal) error {
 	ents := make([]raftpb.Entry, len(batch)) // Raft keeps this slice: never reused
 	for i, p := range batch {
 		c.nextProposalID++
@@ -218,18 +283,16 @@ func (c *core) stepProposals() {
 		c.pending[c.nextProposalID] = p
 	}
 	err := c.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: c.self, Entries: ents})
-	if err != nil {
-		if !errors.Is(err, raft.ErrProposalDropped) {
-			err = fmt.Errorf("%w: %w", ErrProposalDropped, err)
-		} else {
-			err = ErrProposalDropped
-		}
-		for i, p := range batch {
-			delete(c.pending, binary.LittleEndian.Uint64(ents[i].Data))
-			p.done(err)
-		}
+	if err == nil {
+		return nil
 	}
-	clear(batch)
+	for i := range ents {
+		delete(c.pending, binary.LittleEndian.Uint64(ents[i].Data))
+	}
+	if errors.Is(err, raft.ErrProposalDropped) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrProposalDropped, err)
 }
 
 func (c *core) notLeaderErr() error {

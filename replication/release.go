@@ -91,6 +91,7 @@ func (r *releaser) releaseOnce() {
 			return
 		}
 		r.mu.released = upTo
+		r.wakeStarved()
 	}
 	pressure := stats.Size > 0 && stats.Used*2 > stats.Size
 	r.pressure.Store(pressure)
@@ -106,6 +107,18 @@ func (r *releaser) releaseOnce() {
 			r.mu.warned[low.group] = struct{}{}
 			h.log.Warn("a recovered group that was not added again pins the write buffer; add or remove it",
 				"group", low.group, "used", stats.Used, "size", stats.Size)
+		}
+	}
+}
+
+// wakeStarved wakes the loops that held entries back for lack of space.
+func (r *releaser) wakeStarved() {
+	h := r.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, g := range h.mu.groups {
+		if g.starved.Swap(false) {
+			g.wake()
 		}
 	}
 }

@@ -329,6 +329,15 @@ func (s *logStorage) checkpoint(ctx context.Context) error {
 	return nil
 }
 
+// checkpointCost is the size of the record checkpoint would write.
+func (s *logStorage) checkpointCost() int64 {
+	cost := int64(stateHeaderSize + s.conf.Size())
+	for i := range s.ents {
+		cost += entryCost(int(s.ents[i].size))
+	}
+	return cost
+}
+
 // saveHardState persists hs alone (a vote or term change without entries).
 func (s *logStorage) saveHardState(ctx context.Context, hs raftpb.HardState) error {
 	return s.append(ctx, hs, nil)

@@ -163,8 +163,9 @@ type stuckSM struct{ discardSM }
 func (s *stuckSM) AppliedIndex() uint64 { return 0 }
 
 // TestCloseUnblocksAGroupWaitingForBufferSpace fills a host's write buffer
-// with a group that cannot compact, so that its loop waits for space inside
-// Append; Close must still return, failing the pending proposals.
+// with a group that cannot compact, so that its loop's buffer-space
+// admission (space.go) holds its proposals back; Close must still return,
+// failing the pending proposals.
 func TestCloseUnblocksAGroupWaitingForBufferSpace(t *testing.T) {
 	h, err := NewHost(Config{NodeID: 1, Listen: "127.0.0.1:0", LogRegion: pmemFake(4096 + 256<<10), Logger: testLogger()})
 	if err != nil {
@@ -192,10 +193,10 @@ func TestCloseUnblocksAGroupWaitingForBufferSpace(t *testing.T) {
 		}()
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for h.Stats().SpaceWaits == 0 && time.Now().Before(deadline) {
+	for h.Stats().AdmissionWaits == 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if h.Stats().SpaceWaits == 0 {
+	if st := h.Stats(); st.AdmissionWaits == 0 || st.SpaceWaits != 0 {
 		t.Fatal("the buffer never filled")
 	}
 	time.Sleep(20 * time.Millisecond)
