@@ -58,7 +58,8 @@ func TestConcurrency(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			env.tgt.SetDiscoveryPorts([]PortConfig{{ID: uint16(100 + i%3), TRADDR: "198.51.100.7", TRSVCID: "4420"}})
+			env.tgt.SetRemoteSubsystems([]RemoteSubsystem{{NQN: testSubNQN, AllowAnyHost: true,
+				Ports: []PortConfig{{ID: uint16(100 + i%3), TRADDR: "198.51.100.7", TRSVCID: "4420"}}}})
 			env.sub.AllowHost(testHostB)
 			_ = env.tgt.Stats()
 			_ = env.tgt.Controllers()

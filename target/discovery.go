@@ -1,6 +1,8 @@
 package target
 
 import (
+	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -9,9 +11,104 @@ import (
 
 // The discovery controller (NVMe-oF 1.1 §5; checklist §5). Hosts connect
 // to nqn.2014-08.org.nvmexpress.discovery on any port and read the
-// discovery log page (LID 70h): one entry per (subsystem the host may
-// access) × (port), local ports and other nodes' ports (SetDiscoveryPorts)
-// alike, so that `nvme connect-all` against any node creates every path.
+// discovery log page (LID 70h), filtered by host NQN:
+//
+//	local subsystems the host may access (NQN order)  × local ports (PORTID order)
+//	remote subsystems the host may access (NQN order) × their ports (PORTID, TRADDR, TRSVCID order)
+//
+// Remote subsystems (SetRemoteSubsystems) are served on other nodes'
+// ports; a subsystem may be both local and remote. So `nvme connect-all`
+// against any node creates every path of every volume the host may use.
+
+// RemoteSubsystem is a subsystem served on other nodes' ports: the
+// discovery log lists it on Ports for the hosts it admits (AllowAnyHost,
+// or a host NQN in Hosts). It exports nothing here.
+type RemoteSubsystem struct {
+	NQN          string
+	AllowAnyHost bool
+	Hosts        []string
+	// Ports are the other nodes' ports serving NQN. A port whose ID is
+	// also a local port's is not listed (port IDs are unique across the
+	// cluster: the local port wins).
+	Ports []PortConfig
+}
+
+// hostAllowed reports whether hostNQN may access rs.
+func (rs *RemoteSubsystem) hostAllowed(hostNQN string) bool {
+	_, found := slices.BinarySearch(rs.Hosts, hostNQN)
+	return rs.AllowAnyHost || found
+}
+
+// SetRemoteSubsystems replaces the remote subsystems listed in discovery
+// logs. Invalid entries are dropped (and logged when the set changes): a
+// subsystem whose NQN is
+// invalid, the discovery NQN or repeated; a host NQN that is invalid; a
+// port whose address is invalid or a wildcard. Repeated hosts and ports
+// (same ID, TRADDR and TRSVCID) count once. GENCTR is bumped and the
+// discovery change AEN (0x0070F002) sent only when the result differs
+// from the current set.
+func (t *Target) SetRemoteSubsystems(subs []RemoteSubsystem) {
+	keep, dropped := normalizeRemote(subs)
+	t.mu.Lock()
+	if slices.EqualFunc(keep, t.mu.remote, equalRemote) {
+		t.mu.Unlock()
+		return
+	}
+	t.mu.remote = keep
+	disc := t.discoveryChangedLocked()
+	t.mu.Unlock()
+	for _, err := range dropped {
+		t.log.Warn("remote discovery entry dropped", "err", err)
+	}
+	postAll(disc, nvme.AENDiscoveryChange, nvme.AECDiscoveryChange)
+}
+
+// normalizeRemote returns subs validated, deduplicated and sorted (by NQN;
+// hosts; ports by ID, TRADDR, TRSVCID), in new slices, and an error
+// wrapping ErrInvalidConfig for each thing it dropped.
+func normalizeRemote(subs []RemoteSubsystem) (keep []RemoteSubsystem, dropped []error) {
+	seen := make(map[string]bool, len(subs))
+	for _, rs := range subs {
+		if !validNQN(rs.NQN) || rs.NQN == nvme.DiscoveryNQN || seen[rs.NQN] {
+			dropped = append(dropped, fmt.Errorf("%w: remote subsystem NQN %q invalid or repeated", ErrInvalidConfig, rs.NQN))
+			continue
+		}
+		seen[rs.NQN] = true
+		n := RemoteSubsystem{NQN: rs.NQN, AllowAnyHost: rs.AllowAnyHost}
+		for _, h := range rs.Hosts {
+			if !validNQN(h) {
+				dropped = append(dropped, fmt.Errorf("%w: remote subsystem %s: host NQN %q", ErrInvalidConfig, rs.NQN, h))
+				continue
+			}
+			n.Hosts = append(n.Hosts, h)
+		}
+		for _, pc := range rs.Ports {
+			if err := pc.normalize(); err != nil {
+				dropped = append(dropped, fmt.Errorf("remote subsystem %s: %w", rs.NQN, err))
+				continue
+			}
+			n.Ports = append(n.Ports, pc)
+		}
+		slices.Sort(n.Hosts)
+		n.Hosts = slices.Compact(n.Hosts)
+		slices.SortFunc(n.Ports, comparePorts)
+		n.Ports = slices.CompactFunc(n.Ports, func(a, b PortConfig) bool { return comparePorts(a, b) == 0 })
+		keep = append(keep, n)
+	}
+	slices.SortFunc(keep, func(a, b RemoteSubsystem) int { return strings.Compare(a.NQN, b.NQN) })
+	return keep, dropped
+}
+
+// comparePorts orders ports by (ID, TRADDR, TRSVCID), the identity of a
+// discovery log entry besides its SUBNQN.
+func comparePorts(a, b PortConfig) int {
+	return cmp.Or(cmp.Compare(a.ID, b.ID), strings.Compare(a.TRADDR, b.TRADDR), strings.Compare(a.TRSVCID, b.TRSVCID))
+}
+
+func equalRemote(a, b RemoteSubsystem) bool {
+	return a.NQN == b.NQN && a.AllowAnyHost == b.AllowAnyHost &&
+		slices.Equal(a.Hosts, b.Hosts) && slices.Equal(a.Ports, b.Ports)
+}
 
 // parseDiscoveryCmd accepts the commands nvmet accepts on a discovery
 // controller (nvmet_parse_discovery_cmd): Identify (CNS 01h), Get Log Page
@@ -34,15 +131,48 @@ func (t *Target) discoveryChangedLocked() []*Controller {
 	return t.controllersLocked(func(c *Controller) bool { return c.discovery })
 }
 
-// discoveryPortsLocked returns the ports listed in discovery log entries:
-// the local ones in ID order, then the other nodes'.
-func (t *Target) discoveryPortsLocked() []PortConfig {
-	ports := make([]PortConfig, 0, len(t.mu.ports)+len(t.mu.extraPorts))
+// discoveryEntry pairs a SUBNQN with a port: one discovery log entry.
+type discoveryEntry struct {
+	nqn  string
+	port PortConfig
+}
+
+// discoveryEntriesLocked lists hostNQN's discovery log entries in log
+// order (see the top of this file). Each (SUBNQN, PORTID, TRADDR, TRSVCID)
+// appears once: local NQNs and port IDs are unique, remote ones are
+// deduplicated by SetRemoteSubsystems, and remote ports never carry a
+// local port's ID.
+func (t *Target) discoveryEntriesLocked(hostNQN string) []discoveryEntry {
+	local := make([]PortConfig, 0, len(t.mu.ports))
 	for _, p := range t.mu.ports {
-		ports = append(ports, p.cfg)
+		local = append(local, p.cfg)
 	}
-	slices.SortFunc(ports, func(a, b PortConfig) int { return int(a.ID) - int(b.ID) })
-	return append(ports, t.mu.extraPorts...)
+	slices.SortFunc(local, comparePorts)
+	var subs []string
+	for nqn, s := range t.mu.subsystems {
+		if s.hostAllowedLocked(hostNQN) {
+			subs = append(subs, nqn)
+		}
+	}
+	slices.Sort(subs)
+	var out []discoveryEntry
+	for _, nqn := range subs {
+		for _, p := range local {
+			out = append(out, discoveryEntry{nqn, p})
+		}
+	}
+	for i := range t.mu.remote {
+		rs := &t.mu.remote[i]
+		if !rs.hostAllowed(hostNQN) {
+			continue
+		}
+		for _, p := range rs.Ports {
+			if _, isLocal := t.mu.ports[p.ID]; !isLocal {
+				out = append(out, discoveryEntry{rs.NQN, p})
+			}
+		}
+	}
+	return out
 }
 
 // discoveryLog builds the whole discovery log page for hostNQN: the header
@@ -52,30 +182,21 @@ func (t *Target) discoveryPortsLocked() []PortConfig {
 func (t *Target) discoveryLog(hostNQN string) []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var subs []*Subsystem
-	for _, s := range t.mu.subsystems {
-		if s.hostAllowedLocked(hostNQN) {
-			subs = append(subs, s)
-		}
-	}
-	slices.SortFunc(subs, func(a, b *Subsystem) int { return strings.Compare(a.nqn, b.nqn) })
-	ports := t.discoveryPortsLocked()
-	n := len(subs) * len(ports)
-	b := make([]byte, nvme.DiscoveryLogHeaderSize+n*nvme.DiscoveryLogEntrySize)
-	nvme.EncodeDiscoveryLogHeader(b, t.genctr.Load(), uint64(n))
+	entries := t.discoveryEntriesLocked(hostNQN)
+	b := make([]byte, nvme.DiscoveryLogHeaderSize+len(entries)*nvme.DiscoveryLogEntrySize)
+	nvme.EncodeDiscoveryLogHeader(b, t.genctr.Load(), uint64(len(entries)))
 	off := nvme.DiscoveryLogHeaderSize
-	for _, s := range subs {
-		for _, p := range ports {
-			e := nvme.DiscoveryLogEntry{
-				TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
-				// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2 (checklist §7 #1).
-				TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
-				ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: s.nqn,
-				TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,
-			}
-			e.Marshal(b[off:])
-			off += nvme.DiscoveryLogEntrySize
+	for _, de := range entries {
+		p := de.port
+		e := nvme.DiscoveryLogEntry{
+			TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
+			// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2 (checklist §7 #1).
+			TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
+			ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: de.nqn,
+			TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,
 		}
+		e.Marshal(b[off:])
+		off += nvme.DiscoveryLogEntrySize
 	}
 	return b
 }

@@ -31,20 +31,23 @@ func readDiscoveryLog(t *testing.T, q *fakeQueue) (genctr uint64, entries []nvme
 }
 
 // NVMe-oF 1.1 §5 (checklist §5, §7 #1, #22): the discovery controller and
-// its log: entries for every subsystem the host may access × every port
-// advertised (this node's and the others'), TREQ 0, SECTYPE 0, distinct
-// PORTIDs, GENCTR and the discovery AEN on change, offsets.
+// its log: entries for every subsystem the host may access × its ports
+// (this node's and the other nodes'), TREQ 0, SECTYPE 0, distinct PORTIDs,
+// GENCTR and the discovery AEN on change, offsets.
 func TestDiscovery(t *testing.T) {
 	env := newEnv(t)
 	if _, err := env.tgt.AddSubsystem(SubsystemConfig{NQN: "nqn.2024-01.io.basalt:open", AllowAnyHost: true}); err != nil {
 		t.Fatal(err)
 	}
-	env.tgt.SetDiscoveryPorts([]PortConfig{
+	others := []PortConfig{
 		{ID: 10, TRADDR: "198.51.100.2", TRSVCID: "4420"},
-		{ID: 1, TRADDR: "198.51.100.9", TRSVCID: "4420"},  // duplicates a local PORTID: dropped
-		{ID: 11, TRADDR: "0.0.0.0", TRSVCID: "4420"},      // wildcard: dropped
-		{ID: 12, TRADDR: "2001:db8::3", TRSVCID: "4420"},  // IPv6
-		{ID: 10, TRADDR: "198.51.100.3", TRSVCID: "4420"}, // repeated: dropped
+		{ID: 1, TRADDR: "198.51.100.9", TRSVCID: "4420"}, // a local PORTID: not listed
+		{ID: 11, TRADDR: "0.0.0.0", TRSVCID: "4420"},     // wildcard: dropped
+		{ID: 12, TRADDR: "2001:db8::3", TRSVCID: "4420"}, // IPv6
+	}
+	env.tgt.SetRemoteSubsystems([]RemoteSubsystem{
+		{NQN: "nqn.2024-01.io.basalt:open", AllowAnyHost: true, Ports: others},
+		{NQN: testSubNQN, Hosts: []string{testHostNQN}, Ports: others},
 	})
 	d := env.connectAdmin(nvme.DiscoveryNQN, testHostNQN, env.ports[1], 0)
 	_, data := d.admin.mustDo(t, identifyCmd(nvme.CNSController, 0, 0), nil)
@@ -102,11 +105,12 @@ func TestDiscovery(t *testing.T) {
 	if gen2 <= gen {
 		t.Fatalf("GENCTR %d → %d", gen, gen2)
 	}
-	if _, eb := readDiscoveryLog(t, b.admin); len(eb) != 8 {
+	// The remote entries of the test subsystem keep their own host list.
+	if _, eb := readDiscoveryLog(t, b.admin); len(eb) != 6 {
 		t.Fatalf("host B after AllowHost: %d entries", len(eb))
 	}
 	aer, _ = d.admin.start(t, newCmd(nvme.AdminAsyncEventReq), nil)
-	env.tgt.SetDiscoveryPorts(nil)
+	env.tgt.SetRemoteSubsystems(nil)
 	if cpl, _ := d.admin.wait(t, aer); cpl.DW0 != nvme.AENDiscoveryChange {
 		t.Fatalf("discovery AEN %#x", cpl.DW0)
 	}

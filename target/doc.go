@@ -11,7 +11,7 @@
 //	features.go    Get/Set Features
 //	logpage.go     Get Log Page: error, SMART, firmware, changed NS, effects, ANA
 //	io_cmd.go      Read, Write, Flush, Write Zeroes, Dataset Management
-//	discovery.go   the discovery controller and its log page
+//	discovery.go   the discovery controller, its log page, remote subsystems
 //	ana.go         ANA groups and states per port, the ANA log
 //	status.go      backend errors → NVMe status, in one place
 //

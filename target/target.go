@@ -207,7 +207,9 @@ type Target struct {
 		closed     bool
 		subsystems map[string]*Subsystem
 		ports      map[uint16]*Port
-		extraPorts []PortConfig
+		// remote are the subsystems served on other nodes' ports,
+		// normalized (SetRemoteSubsystems).
+		remote     []RemoteSubsystem
 		ana        map[uint16]*anaPort // by port ID
 		ctrls      map[uint16]*Controller
 		sqs        map[*SQ]struct{} // queues not yet released
@@ -336,32 +338,6 @@ func (t *Target) RemovePort(id uint16) error {
 	t.mu.Unlock()
 	postAll(disc, nvme.AENDiscoveryChange, nvme.AECDiscoveryChange)
 	return nil
-}
-
-// SetDiscoveryPorts sets the other nodes' ports that discovery log pages
-// list besides the local ones. Entries whose ID repeats a local or earlier
-// port, or whose address is invalid, are dropped (and logged).
-func (t *Target) SetDiscoveryPorts(extra []PortConfig) {
-	t.mu.Lock()
-	seen := make(map[uint16]bool)
-	var keep []PortConfig
-	for _, pc := range extra {
-		_, local := t.mu.ports[pc.ID]
-		if err := pc.normalize(); err != nil || local || seen[pc.ID] {
-			t.log.Warn("discovery port dropped", "port", pc.ID, "traddr", pc.TRADDR, "err", err, "duplicate", local || seen[pc.ID])
-			continue
-		}
-		seen[pc.ID] = true
-		keep = append(keep, pc)
-	}
-	if slices.Equal(keep, t.mu.extraPorts) {
-		t.mu.Unlock()
-		return
-	}
-	t.mu.extraPorts = keep
-	disc := t.discoveryChangedLocked()
-	t.mu.Unlock()
-	postAll(disc, nvme.AENDiscoveryChange, nvme.AECDiscoveryChange)
 }
 
 // allocCNTLIDLocked returns a free controller ID from the configured range,

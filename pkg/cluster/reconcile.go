@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,8 +19,8 @@ import (
 // replica here, the local replica, the volume's Raft group, the NVMe
 // subsystem that exports it and the goroutine that keeps its ANA state
 // (optimized where the group's leader is, inaccessible elsewhere); for
-// every other node, a discovery log entry. Its run loop is the only
-// goroutine that changes vols.
+// every volume, discovery log entries for the other nodes holding it. Its
+// run loop is the only goroutine that changes vols.
 type reconciler struct {
 	c     *Cluster
 	t     *target.Target
@@ -99,7 +98,7 @@ func (r *reconciler) teardownAll() {
 func (r *reconciler) reconcile(ctx context.Context) {
 	s := r.c.m.State()
 	self := r.c.cfg.Self.ID
-	r.setDiscoveryPorts()
+	r.setRemoteSubsystems(s)
 	for id, lv := range r.vols {
 		if v := s.VolumeByID(id); v == nil || !v.HasReplica(self) {
 			r.c.log.Info("volume gone from this node: removing it", "volume", lv.spec.Load().Name, "group", id)
@@ -365,18 +364,12 @@ func (r *reconciler) deleteOrphans(s *State) {
 	}
 }
 
-// setDiscoveryPorts lists every other node's port in the discovery log.
-func (r *reconciler) setDiscoveryPorts() {
-	var ports []target.PortConfig
-	for _, n := range r.c.Nodes() {
-		if n.ID == r.c.cfg.Self.ID {
-			continue
-		}
-		host, port, err := net.SplitHostPort(n.NVMeAddr)
-		if err != nil {
-			continue
-		}
-		ports = append(ports, target.PortConfig{ID: uint16(n.ID), TRADDR: host, TRSVCID: port})
-	}
-	r.t.SetDiscoveryPorts(ports)
+// setRemoteSubsystems lists, in this node's discovery log, every volume
+// on the ports of the other nodes holding a replica (remoteSubsystems), so
+// that connect-all to this node reaches every path of every volume the
+// host may use, held here or not. reconcile calls it on every pass: after
+// every metadata change (volumes, replicas, hosts, node addresses) and
+// every Resync.
+func (r *reconciler) setRemoteSubsystems(s *State) {
+	r.t.SetRemoteSubsystems(remoteSubsystems(s, r.c.Nodes(), r.c.cfg.Self.ID))
 }
