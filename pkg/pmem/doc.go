@@ -20,8 +20,10 @@
 //     architectures without that assembly Persist falls back to msync.
 //   - ModeMsync: any other filesystem. The mapping is plain MAP_SHARED and
 //     Persist is msync(MS_SYNC) over the page-aligned range.
-//   - ModeVolatile: as ModeMsync, but the file lives on tmpfs or ramfs. Persist
-//     orders nothing useful: the bytes survive the process, not the machine.
+//   - ModeVolatile: the file lives on tmpfs or ramfs, mapped MAP_SHARED. Its
+//     pages are the file, so a store is in the file at once: Persist checks
+//     the range and does nothing more (no msync). The bytes survive the
+//     process, not the machine.
 //     Development clusters use it; the daemon says so in its log.
 //
 // Fake is the in-memory Region for tests (ModeFake): it keeps a shadow of the

@@ -122,6 +122,12 @@ func (r *FileRegion) Persist(off, n int) error {
 	if r.mode == ModeDAX && writeBackRange(r.writeBack, unsafe.Pointer(&r.mem[off]), uintptr(n)) {
 		return nil
 	}
+	if r.mode == ModeVolatile {
+		// tmpfs and ramfs pages are the file itself: a store through the
+		// shared mapping is in the file at once, survives the process, and
+		// msync would make it no more durable (nothing survives the machine).
+		return nil
+	}
 	start := off &^ (os.Getpagesize() - 1)
 	if err := unix.Msync(r.mem[start:off+n], unix.MS_SYNC); err != nil {
 		return fmt.Errorf("pmem: while msync of %s [%d, +%d): %w", r.path, off, n, err)
