@@ -2,11 +2,16 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"basalt/pkg/backend"
 )
+
+// ErrReplicaTooSmall: Volume.Grow to a size the local replica does not
+// hold yet.
+var ErrReplicaTooSmall = errors.New("replication: the local replica is smaller than the volume")
 
 // maxWriteChunk bounds the data of one write proposal; larger writes are
 // proposed in pieces (NVMe promises no atomicity beyond a block anyway).
@@ -28,7 +33,7 @@ const maxWriteChunk = 1 << 20
 type Volume struct {
 	group     atomic.Pointer[Group]
 	local     backend.Backend
-	size      int64
+	size      atomic.Int64 // bytes; only grows (Grow), never past local's size
 	blockSize int
 	applied   atomic.Uint64 // highest index applied to local
 	durable   atomic.Uint64 // highest index whose effect local made durable (Flush)
@@ -46,7 +51,8 @@ var (
 // NewVolume panics. With g nil it returns a Volume to pass to AddGroup as the
 // state machine, which binds it. Host.AddVolume does all of it in one call.
 func NewVolume(g *Group, local backend.Backend) *Volume {
-	v := &Volume{local: local, size: local.Size(), blockSize: local.BlockSize()}
+	v := &Volume{local: local, blockSize: local.BlockSize()}
+	v.size.Store(local.Size())
 	if g != nil {
 		if err := g.attach(v); err != nil {
 			panic(fmt.Sprintf("replication: NewVolume: %v", err))
@@ -82,8 +88,37 @@ func (v *Volume) Group() *Group { return v.group.Load() }
 // Local returns the local replica.
 func (v *Volume) Local() backend.Backend { return v.local }
 
-// Size implements backend.Backend.
-func (v *Volume) Size() int64 { return v.size }
+// Size implements backend.Backend: the volume's current size, which Grow
+// may raise at any time (never lower).
+func (v *Volume) Size() int64 { return v.size.Load() }
+
+// Grow makes the volume size bytes, which the local replica must already
+// hold: the caller grows the replica first. A size at or below the current
+// one changes nothing (volumes never shrink). A size beyond the local
+// replica's is an error wrapping ErrReplicaTooSmall, and one that is not a
+// multiple of the block size an error wrapping backend.ErrMisaligned. It
+// is safe to call while I/O is in flight: operations checked before it
+// see the old size, those after it the new one.
+//
+// Growing is local: each node grows its Volume when its replica has grown,
+// and no write to the new blocks may be proposed before every replica has
+// (the cluster's two-phase resize sees to it): Apply refuses an entry past
+// the size with ErrCorrupt, which stops the group on that node.
+func (v *Volume) Grow(size int64) error {
+	if size%int64(v.blockSize) != 0 {
+		return fmt.Errorf("replication: growing to %d bytes in %d-byte blocks: %w", size, v.blockSize,
+			backend.ErrMisaligned)
+	}
+	if local := v.local.Size(); size > local {
+		return fmt.Errorf("%w: growing to %d bytes, the local replica has %d", ErrReplicaTooSmall, size, local)
+	}
+	for {
+		cur := v.size.Load()
+		if size <= cur || v.size.CompareAndSwap(cur, size) {
+			return nil
+		}
+	}
+}
 
 // BlockSize implements backend.Backend.
 func (v *Volume) BlockSize() int { return v.blockSize }
@@ -222,14 +257,14 @@ func (v *Volume) ReadAtAsync(p []byte, off int64, done func(error)) {
 
 // check validates a range the way backends do.
 func (v *Volume) check(off, n int64) error {
-	bs := int64(v.blockSize)
+	bs, size := int64(v.blockSize), v.size.Load()
 	switch {
 	case v.closed.Load():
 		return backend.ErrClosed
 	case off%bs != 0 || n%bs != 0:
 		return fmt.Errorf("replication: offset %d length %d: %w", off, n, backend.ErrMisaligned)
-	case off < 0 || n < 0 || off > v.size || n > v.size-off:
-		return fmt.Errorf("replication: offset %d length %d size %d: %w", off, n, v.size, backend.ErrOutOfRange)
+	case off < 0 || n < 0 || off > size || n > size-off:
+		return fmt.Errorf("replication: offset %d length %d size %d: %w", off, n, size, backend.ErrOutOfRange)
 	}
 	return nil
 }
@@ -242,8 +277,8 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if o.offset%int64(v.blockSize) != 0 || o.length%int64(v.blockSize) != 0 || o.offset > v.size ||
-		o.length > v.size-o.offset {
+	if size := v.size.Load(); o.offset%int64(v.blockSize) != 0 || o.length%int64(v.blockSize) != 0 ||
+		o.offset > size || o.length > size-o.offset {
 		return fmt.Errorf("%w: %v at %d of %d bytes does not fit the volume", ErrCorrupt, o.kind, o.offset, o.length)
 	}
 	switch o.kind {

@@ -31,18 +31,19 @@ var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
 // it an extent at a time; all-zero blocks travel as zero runs.
 func (v *Volume) Snapshot(w io.Writer) error {
 	sw := &snapshotWriter{w: w, crc: crc32.New(castagnoliTable)}
+	size := v.Size() // the size when the stream starts: header, runs and end agree on it
 	head := make([]byte, snapHeaderSize)
 	copy(head, snapMagic)
 	binary.LittleEndian.PutUint16(head[8:], snapVersion)
 	binary.LittleEndian.PutUint32(head[12:], uint32(v.blockSize))
-	binary.LittleEndian.PutUint64(head[16:], uint64(v.size))
+	binary.LittleEndian.PutUint64(head[16:], uint64(size))
 	if err := sw.write(head); err != nil {
 		return err
 	}
-	buf := make([]byte, min(int64(snapExtent), v.size))
+	buf := make([]byte, min(int64(snapExtent), size))
 	ctx := context.Background()
-	for off := int64(0); off < v.size; {
-		n := min(int64(len(buf)), v.size-off)
+	for off := int64(0); off < size; {
+		n := min(int64(len(buf)), size-off)
 		if err := v.local.ReadAt(ctx, buf[:n], off); err != nil {
 			return fmt.Errorf("replication: reading the replica for a snapshot at %d: %w", off, err)
 		}
@@ -57,7 +58,7 @@ func (v *Volume) Snapshot(w io.Writer) error {
 	end := make([]byte, snapRunSize)
 	end[0] = runEnd
 	binary.LittleEndian.PutUint64(end[8:], uint64(sw.crc.Sum32()))
-	binary.LittleEndian.PutUint64(end[16:], uint64(v.size))
+	binary.LittleEndian.PutUint64(end[16:], uint64(size))
 	_, err := w.Write(end)
 	return err
 }
@@ -167,8 +168,8 @@ func (v *Volume) Restore(r io.Reader, index uint64) error {
 		}
 		kind, off, n := run[0], int64(binary.LittleEndian.Uint64(run[8:])), int64(binary.LittleEndian.Uint64(run[16:]))
 		if kind == runEnd {
-			if uint32(off) != sum || off>>32 != 0 || n != v.size || next != v.size {
-				return fmt.Errorf("%w: snapshot ends at %d of %d bytes, or its checksum is wrong", ErrCorrupt, next, v.size)
+			if size := v.Size(); uint32(off) != sum || off>>32 != 0 || n != size || next != size {
+				return fmt.Errorf("%w: snapshot ends at %d of %d bytes, or its checksum is wrong", ErrCorrupt, next, size)
 			}
 			break
 		}
@@ -193,9 +194,9 @@ func (v *Volume) checkSnapshotHeader(h []byte) error {
 		return fmt.Errorf("%w: not a volume snapshot (version %d)", ErrCorrupt, binary.LittleEndian.Uint16(h[8:]))
 	}
 	bs, size := int(binary.LittleEndian.Uint32(h[12:])), int64(binary.LittleEndian.Uint64(h[16:]))
-	if bs != v.blockSize || size != v.size {
+	if bs != v.blockSize || size != v.Size() {
 		return fmt.Errorf("%w: snapshot of %d bytes in %d-byte blocks, replica has %d in %d", ErrCorrupt,
-			size, bs, v.size, v.blockSize)
+			size, bs, v.Size(), v.blockSize)
 	}
 	return nil
 }
@@ -207,7 +208,7 @@ func (v *Volume) checkRun(run []byte, off, n, next int64) error {
 	switch {
 	case kind != runData && kind != runZeroes, !isZero(run[1:8]):
 		return fmt.Errorf("%w: snapshot run of kind %d", ErrCorrupt, kind)
-	case off != next || n <= 0 || n%bs != 0 || n > v.size-off:
+	case off != next || n <= 0 || n%bs != 0 || n > v.Size()-off:
 		return fmt.Errorf("%w: snapshot run [%d, +%d) does not continue at %d", ErrCorrupt, off, n, next)
 	case kind == runData && n > snapExtent:
 		return fmt.Errorf("%w: snapshot data run of %d bytes", ErrCorrupt, n)

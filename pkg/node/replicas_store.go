@@ -46,11 +46,6 @@ func (p metaPersister) Save(record []byte) error {
 // store (thin: a replica takes space only for what was written).
 type storeReplicas struct{ s *store.Store }
 
-// resizer is implemented by a store that can grow a volume in place.
-type resizer interface {
-	ResizeVolume(name string, size int64) error
-}
-
 // Open implements cluster.Replicas.
 func (r storeReplicas) Open(name string, size int64) (cluster.Replica, error) {
 	v, err := r.s.Volume(name)
@@ -88,14 +83,15 @@ type storeReplica struct {
 	s *store.Store
 }
 
-// Grow grows the store volume if the store supports it.
+// Grow implements cluster.Replica: it grows the store volume in place (the
+// new size is durable when it returns); a size at or below the current one
+// changes nothing.
 func (r storeReplica) Grow(size int64) error {
 	if size <= r.Size() {
 		return nil
 	}
-	rs, ok := any(r.s).(resizer)
-	if !ok {
-		return fmt.Errorf("%w: the store cannot grow volume %s yet", cluster.ErrUnsupported, r.Name())
+	if err := r.s.ResizeVolume(r.Name(), size); err != nil {
+		return fmt.Errorf("cluster: while growing replica %s: %w", r.Name(), err)
 	}
-	return rs.ResizeVolume(r.Name(), size)
+	return nil
 }

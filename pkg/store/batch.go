@@ -305,7 +305,7 @@ func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account
 			q++
 		}
 		v := s.volumeByID(e.vol)
-		if v == nil || e.lba >= v.blocks {
+		if v == nil || e.lba >= v.blocks() {
 			continue
 		}
 		switch e.kind {

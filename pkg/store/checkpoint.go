@@ -16,7 +16,7 @@ func (w *writer) checkpoint() error {
 		return err
 	}
 	for _, v := range s.volumeList() {
-		for ci := range v.lmap.chunks {
+		for ci := range v.lmap.chunkCount() {
 			data, mapped := v.lmap.snapshotChunk(ci, w.ckptBuf[:0])
 			w.ckptBuf = data
 			if !mapped {

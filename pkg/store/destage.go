@@ -60,7 +60,7 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 	}
 	for i := w.packIndex; i < r.count; i++ {
 		lba := r.lba + uint64(i)
-		if lba >= v.blocks || !v.ov.current(lba, seq, i) {
+		if lba >= v.blocks() || !v.ov.current(lba, seq, i) {
 			continue
 		}
 		// The block is not checksummed again here: the buffer's Read has just

@@ -183,6 +183,17 @@
 // summaries again, and a relocation's compare-and-swap only compares
 // addresses, so the cleaned segment's content is not needed either.
 //
+// # Growing a volume
+//
+// ResizeVolume grows a volume in place; volumes never shrink. It writes the
+// new size into the volume's record in the metadata, then the writer
+// replaces the map's directory by a longer one that shares the chunks, and
+// only then does I/O reach the new blocks. No format changes: a checkpoint
+// chunk written before the growth is a short last chunk, which loads into
+// the longer map, and no summary or write-buffer record names a block past
+// the size in the metadata, which a checkpoint of the longer map never
+// precedes.
+//
 // # Cleaning
 //
 // The cleaner runs when fewer than GCLowSegments are free, until

@@ -215,7 +215,7 @@ func TestMapEntryPacking(t *testing.T) {
 
 func TestLBAMap(t *testing.T) {
 	m := newLBAMap(2*mapChunkEntries + 10)
-	if m.get(5) != 0 || len(m.chunks) != 3 {
+	if m.get(5) != 0 || m.chunkCount() != 3 || m.len() != 2*mapChunkEntries+10 {
 		t.Fatal("new map not empty")
 	}
 	m.set(5, 7)
@@ -223,7 +223,7 @@ func TestLBAMap(t *testing.T) {
 	if old := m.set(5, 9); old != 7 {
 		t.Fatalf("set returned %d, want 7", old)
 	}
-	if m.chunks[1].Load() != nil {
+	if m.dir.Load().chunks[1].Load() != nil {
 		t.Fatal("untouched chunk allocated")
 	}
 	var dropped []entry
@@ -236,7 +236,7 @@ func TestLBAMap(t *testing.T) {
 	if !mapped || len(data) != 8*10 {
 		t.Fatalf("snapshot of the short last chunk: %d bytes, mapped %v", len(data), mapped)
 	}
-	n := newLBAMap(m.blocks)
+	n := newLBAMap(m.len())
 	if err := n.loadChunk(2, data); err != nil || n.get(mapChunkEntries*2+3) != 11 {
 		t.Fatalf("loadChunk: %v", err)
 	}
@@ -245,6 +245,38 @@ func TestLBAMap(t *testing.T) {
 	}
 	if err := n.loadChunk(7, data); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("chunk beyond the map: %v", err)
+	}
+}
+
+// TestLBAMapGrow grows a map across a chunk boundary: entries stay, the new
+// LBAs are unmapped and settable, a chunk checkpointed short before the
+// growth loads into the grown map, and a smaller count changes nothing.
+func TestLBAMapGrow(t *testing.T) {
+	m := newLBAMap(mapChunkEntries + 10)
+	m.set(3, 5)
+	m.set(mapChunkEntries+9, 6) // the last LBA, in the short last chunk
+	short, _ := m.snapshotChunk(1, nil)
+	m.grow(3*mapChunkEntries + 1)
+	if m.len() != 3*mapChunkEntries+1 || m.chunkCount() != 4 {
+		t.Fatalf("grown map: %d blocks in %d chunks", m.len(), m.chunkCount())
+	}
+	if m.get(3) != 5 || m.get(mapChunkEntries+9) != 6 || m.get(mapChunkEntries+10) != 0 || m.get(3*mapChunkEntries) != 0 {
+		t.Fatal("growing lost or invented entries")
+	}
+	m.set(3*mapChunkEntries, 7)
+	if m.get(3*mapChunkEntries) != 7 {
+		t.Fatal("the new last LBA does not take an entry")
+	}
+	if data, _ := m.snapshotChunk(1, nil); len(data) != 8*mapChunkEntries {
+		t.Fatalf("snapshot of a chunk made whole by growing: %d bytes", len(data))
+	}
+	m.grow(10)
+	if m.len() != 3*mapChunkEntries+1 {
+		t.Fatalf("grow to fewer blocks shrank the map to %d", m.len())
+	}
+	n := newLBAMap(m.len())
+	if err := n.loadChunk(1, short); err != nil || n.get(mapChunkEntries+9) != 6 || n.get(mapChunkEntries+10) != 0 {
+		t.Fatalf("loading a chunk checkpointed before the growth: %v", err)
 	}
 }
 

@@ -19,22 +19,51 @@ type mapChunk [mapChunkEntries]atomic.Uint64
 // chunks of packed uint64 entries, so an empty thin volume costs 8 bytes per
 // 16 MiB and a full one 8 bytes per block.
 //
-// Concurrency: one writer (the store's writer goroutine) changes entries and
-// allocates chunks; readers load entries at any time without locks. Each
-// entry is read and written atomically.
+// Concurrency: one writer (the store's writer goroutine) changes entries,
+// allocates chunks and grows the directory; readers load entries at any
+// time without locks. Each entry is read and written atomically, and the
+// directory is replaced, never changed in place, when the map grows.
 type lbaMap struct {
+	dir atomic.Pointer[mapDir]
+}
+
+// mapDir is one version of a map's directory: the map covers LBAs
+// [0, blocks), chunk ci covering [ci*mapChunkEntries, (ci+1)*mapChunkEntries).
+type mapDir struct {
 	blocks uint64
 	chunks []atomic.Pointer[mapChunk]
 }
 
 func newLBAMap(blocks uint64) *lbaMap {
-	n := (blocks + mapChunkEntries - 1) / mapChunkEntries
-	return &lbaMap{blocks: blocks, chunks: make([]atomic.Pointer[mapChunk], n)}
+	m := &lbaMap{}
+	m.dir.Store(&mapDir{blocks: blocks, chunks: make([]atomic.Pointer[mapChunk], chunksFor(blocks))})
+	return m
 }
 
-// get returns lba's entry (0: unmapped). lba < blocks.
+// chunksFor is the number of chunks that cover blocks LBAs.
+func chunksFor(blocks uint64) uint64 { return (blocks + mapChunkEntries - 1) / mapChunkEntries }
+
+// len returns the number of LBAs the map covers.
+func (m *lbaMap) len() uint64 { return m.dir.Load().blocks }
+
+// grow makes the map cover blocks LBAs; a smaller or equal count is a
+// no-op. New LBAs are unmapped. Writer only (or before the map is shared):
+// the new directory takes the chunks the old one has at this moment.
+func (m *lbaMap) grow(blocks uint64) {
+	old := m.dir.Load()
+	if blocks <= old.blocks {
+		return
+	}
+	d := &mapDir{blocks: blocks, chunks: make([]atomic.Pointer[mapChunk], chunksFor(blocks))}
+	for ci := range old.chunks {
+		d.chunks[ci].Store(old.chunks[ci].Load())
+	}
+	m.dir.Store(d)
+}
+
+// get returns lba's entry (0: unmapped). lba < len().
 func (m *lbaMap) get(lba uint64) entry {
-	c := m.chunks[lba/mapChunkEntries].Load()
+	c := m.dir.Load().chunks[lba/mapChunkEntries].Load()
 	if c == nil {
 		return 0
 	}
@@ -43,7 +72,7 @@ func (m *lbaMap) get(lba uint64) entry {
 
 // set stores e for lba and returns the previous entry. Writer only.
 func (m *lbaMap) set(lba uint64, e entry) entry {
-	slot := &m.chunks[lba/mapChunkEntries]
+	slot := &m.dir.Load().chunks[lba/mapChunkEntries]
 	c := slot.Load()
 	if c == nil {
 		if e == 0 {
@@ -58,11 +87,12 @@ func (m *lbaMap) set(lba uint64, e entry) entry {
 // unmapRange unmaps [lba, lba+n) and calls dropped for every entry that was
 // mapped. Writer only.
 func (m *lbaMap) unmapRange(lba, n uint64, dropped func(entry)) {
-	end := min(lba+n, m.blocks)
+	d := m.dir.Load()
+	end := min(lba+n, d.blocks)
 	for lba < end {
 		ci := lba / mapChunkEntries
 		next := min((ci+1)*mapChunkEntries, end)
-		if c := m.chunks[ci].Load(); c != nil {
+		if c := d.chunks[ci].Load(); c != nil {
 			for i := lba; i < next; i++ {
 				if old := entry(c[i%mapChunkEntries].Swap(0)); old != 0 {
 					dropped(old)
@@ -75,8 +105,9 @@ func (m *lbaMap) unmapRange(lba, n uint64, dropped func(entry)) {
 
 // forEach calls fn for every mapped entry, in LBA order.
 func (m *lbaMap) forEach(fn func(lba uint64, e entry)) {
-	for ci := range m.chunks {
-		c := m.chunks[ci].Load()
+	d := m.dir.Load()
+	for ci := range d.chunks {
+		c := d.chunks[ci].Load()
 		if c == nil {
 			continue
 		}
@@ -89,14 +120,19 @@ func (m *lbaMap) forEach(fn func(lba uint64, e entry)) {
 	}
 }
 
+// chunkCount returns the number of chunks the directory has.
+func (m *lbaMap) chunkCount() int { return len(m.dir.Load().chunks) }
+
 // snapshotChunk appends chunk ci's entries, little-endian, to dst and
-// reports whether any is mapped. Writer only (for a consistent cut).
+// reports whether any is mapped. ci < chunkCount(). Writer only (for a
+// consistent cut).
 func (m *lbaMap) snapshotChunk(ci int, dst []byte) ([]byte, bool) {
-	c := m.chunks[ci].Load()
+	d := m.dir.Load()
+	c := d.chunks[ci].Load()
 	if c == nil {
 		return dst, false
 	}
-	n := min(mapChunkEntries, int(m.blocks-uint64(ci)*mapChunkEntries))
+	n := min(mapChunkEntries, int(d.blocks-uint64(ci)*mapChunkEntries))
 	any := false
 	for i := range n {
 		v := c[i].Load()
@@ -107,16 +143,19 @@ func (m *lbaMap) snapshotChunk(ci int, dst []byte) ([]byte, bool) {
 }
 
 // loadChunk installs a checkpointed chunk. Only before the map is shared.
+// A chunk checkpointed before the volume grew may be shorter than the
+// chunk is now; the rest of it is unmapped.
 func (m *lbaMap) loadChunk(ci uint32, data []byte) error {
-	if int(ci) >= len(m.chunks) || len(data)%8 != 0 ||
-		len(data)/8 > min(mapChunkEntries, int(m.blocks-uint64(ci)*mapChunkEntries)) {
+	d := m.dir.Load()
+	if int(ci) >= len(d.chunks) || len(data)%8 != 0 ||
+		len(data)/8 > min(mapChunkEntries, int(d.blocks-uint64(ci)*mapChunkEntries)) {
 		return fmt.Errorf("%w: checkpoint chunk %d of %d bytes for a map of %d blocks",
-			ErrCorrupt, ci, len(data), m.blocks)
+			ErrCorrupt, ci, len(data), d.blocks)
 	}
 	c := new(mapChunk)
 	for i := range len(data) / 8 {
 		c[i].Store(binary.LittleEndian.Uint64(data[8*i:]))
 	}
-	m.chunks[ci].Store(c)
+	d.chunks[ci].Store(c)
 	return nil
 }

@@ -263,7 +263,7 @@ func (s *Store) openBuffer(destaged uint64) (cache.Seq, error) {
 		if err != nil {
 			return fmt.Errorf("%w: write-buffer record %v: %w", ErrCorrupt, seq, err)
 		}
-		if v := s.volumeByID(r.vol); v != nil && r.lba+uint64(r.count) <= v.blocks {
+		if v := s.volumeByID(r.vol); v != nil && r.lba+uint64(r.count) <= v.blocks() {
 			if kind == recordWrite {
 				v.ov.addWrite(seq, r.lba, r.count)
 			} else {

@@ -34,6 +34,12 @@ var (
 	ErrVolumeExists = errors.New("store: volume exists")
 	// ErrNoVolume: no volume by that name.
 	ErrNoVolume = errors.New("store: no such volume")
+	// ErrShrinkVolume: ResizeVolume to fewer bytes than the volume has;
+	// volumes only grow.
+	ErrShrinkVolume = errors.New("store: a volume cannot shrink")
+	// ErrVolumeSize: ResizeVolume to a size that is not a positive
+	// multiple of BlockSize, or of 2^40 blocks or more.
+	ErrVolumeSize = errors.New("store: invalid volume size")
 	// ErrDriveState: ReplaceDrive of a drive that has not failed, or a drive
 	// index out of range.
 	ErrDriveState = errors.New("store: wrong drive state")

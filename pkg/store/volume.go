@@ -15,9 +15,12 @@ import (
 )
 
 // volume is a volume's shared state; Volume is a handle on it.
+//
+// info is fixed at open or creation, except info.Size: size is the current
+// size, which ResizeVolume raises after the map has grown to cover it.
 type volume struct {
 	info    meta.VolumeInfo
-	blocks  uint64
+	size    atomic.Int64 // bytes; <= blocks()*BlockSize
 	lmap    *lbaMap
 	ov      *overlay
 	mapped  atomic.Int64 // mapped map entries
@@ -25,10 +28,21 @@ type volume struct {
 }
 
 func (s *Store) newVolume(info meta.VolumeInfo) *volume {
-	blocks := uint64(info.Size) / BlockSize
-	lmap := newLBAMap(blocks)
-	return &volume{info: info, blocks: blocks, lmap: lmap,
-		ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
+	lmap := newLBAMap(uint64(info.Size) / BlockSize)
+	v := &volume{info: info, lmap: lmap, ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
+	v.size.Store(info.Size)
+	return v
+}
+
+// blocks returns the number of LBAs the volume's map covers: the size in
+// blocks, or more while a growth is under way.
+func (v *volume) blocks() uint64 { return v.lmap.len() }
+
+// current returns the volume's record with its current size.
+func (v *volume) current() meta.VolumeInfo {
+	info := v.info
+	info.Size = v.size.Load()
+	return info
 }
 
 // volumeByID returns a live volume, or nil.
@@ -62,19 +76,19 @@ func (s *Store) volumeList() []*volume {
 func (s *Store) Volumes() []meta.VolumeInfo {
 	var out []meta.VolumeInfo
 	for _, v := range s.volumeList() {
-		out = append(out, v.info)
+		out = append(out, v.current())
 	}
 	return out
 }
 
 // CreateVolume creates a thin volume of size bytes (a positive multiple of
-// BlockSize) and returns a handle on it. The volume uses no space until
+// BlockSize, fewer than 2^40 blocks) and returns a handle on it. The volume uses no space until
 // written. It returns an error wrapping ErrVolumeExists if name is taken.
 func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if name == "" || size <= 0 || size%BlockSize != 0 || uint64(size/BlockSize) >= 1<<40 {
+	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks {
 		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
 	}
 	s.vols.Lock()
@@ -139,7 +153,7 @@ func (s *Store) DeleteVolume(name string) error {
 		s.vols.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoVolume, name)
 	}
-	tomb := v.info
+	tomb := v.current()
 	tomb.Deleted = true
 	if err := s.meta.Update(func(tx *meta.Tx) error { return tx.PutVolume(tomb) }); err != nil {
 		s.vols.Unlock()
@@ -172,8 +186,9 @@ func (h *Volume) ID() meta.VolumeID { return h.v.info.ID }
 // Name returns the volume's name.
 func (h *Volume) Name() string { return h.v.info.Name }
 
-// Size returns the capacity in bytes.
-func (h *Volume) Size() int64 { return h.v.info.Size }
+// Size returns the capacity in bytes: the volume's current size, which
+// ResizeVolume may raise at any time (never lower).
+func (h *Volume) Size() int64 { return h.v.size.Load() }
 
 // BlockSize returns 4096.
 func (h *Volume) BlockSize() int { return BlockSize }
@@ -203,8 +218,8 @@ func (h *Volume) check(off, n int64) (uint64, int, error) {
 	if off%BlockSize != 0 || n%BlockSize != 0 {
 		return 0, 0, fmt.Errorf("%w: %d bytes at %d", backend.ErrMisaligned, n, off)
 	}
-	if off < 0 || n < 0 || off > h.v.info.Size || n > h.v.info.Size-off {
-		return 0, 0, fmt.Errorf("%w: %d bytes at %d of %d", backend.ErrOutOfRange, n, off, h.v.info.Size)
+	if size := h.v.size.Load(); off < 0 || n < 0 || off > size || n > size-off {
+		return 0, 0, fmt.Errorf("%w: %d bytes at %d of %d", backend.ErrOutOfRange, n, off, size)
 	}
 	return uint64(off / BlockSize), int(n / BlockSize), nil
 }

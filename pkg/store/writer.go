@@ -21,14 +21,16 @@ const (
 	cmdDropVolume                    // a deleted volume's map entries stop counting
 	cmdEvacuate                      // relocate every live block of a segment
 	cmdCheckpoint                    // take a checkpoint now
+	cmdGrowVolume                    // grow a volume's map to blocks LBAs
 )
 
 // command is a request to the writer goroutine.
 type command struct {
-	kind  cmdKind
-	vol   *volume
-	seg   meta.SegmentID
-	reply chan error // capacity 1
+	kind   cmdKind
+	vol    *volume
+	seg    meta.SegmentID
+	blocks uint64     // cmdGrowVolume
+	reply  chan error // capacity 1
 }
 
 // call sends c to the writer and waits for its reply.
@@ -301,6 +303,8 @@ func (w *writer) handle(c command) {
 		err = w.evacuate(c.seg)
 	case cmdCheckpoint:
 		err = w.checkpoint()
+	case cmdGrowVolume:
+		c.vol.lmap.grow(c.blocks)
 	}
 	if err != nil && !errors.Is(err, errNoSegment) && !errors.Is(err, backend.ErrMedia) &&
 		!errors.Is(err, backend.ErrNoSpace) {

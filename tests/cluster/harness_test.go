@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,15 +86,35 @@ type testCluster struct {
 	nodes []*node
 }
 
-// freePort returns a loopback address with a port free right now.
+// handedOut holds the addresses freePort has returned: the kernel may
+// give a port it just freed to the next Listen on port 0, and two nodes'
+// listeners on one port make a node fail to start.
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// freePort returns a loopback address with a port free right now, never
+// one it returned before.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil {
+		handedOut.addrs = map[string]bool{}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
+	}
 }
 
 // startCluster starts o.nodes nodes and waits until every one is
