@@ -148,6 +148,9 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, _ backend.Wri
 	if err != nil {
 		return err
 	}
+	if err := v.checkSpace(g, off, int64(len(p))); err != nil {
+		return err
+	}
 	for len(p) > 0 {
 		n := min(len(p), maxWriteChunk)
 		if err := g.proposeEntry(ctx, encodeOp(opWrite, off, int64(n), p[:n])); err != nil {
@@ -216,6 +219,9 @@ func (v *Volume) WriteAtAsync(p []byte, off int64, done func(error)) {
 		return
 	}
 	g, err := v.g()
+	if err == nil {
+		err = v.checkSpace(g, off, int64(len(p)))
+	}
 	if err != nil {
 		done(err)
 		return
@@ -253,6 +259,20 @@ func (v *Volume) ReadAtAsync(p []byte, off int64, done func(error)) {
 		}
 		done(err)
 	})
+}
+
+// checkSpace refuses, before it is proposed, a write the local replica
+// could not take (backend.SpaceChecker), keeping free as headroom the bytes
+// that may be in flight: at most the write buffer's admission limit
+// (space.go). A replica that still fills up when the entry applies stops
+// the group on that node, so the check leaves that room. Other replicas
+// hold the same blocks, so the leader's answer stands for them.
+func (v *Volume) checkSpace(g *Group, off, n int64) error {
+	sc, ok := v.local.(backend.SpaceChecker)
+	if !ok {
+		return nil
+	}
+	return sc.CheckSpace(off, n, g.host.space.limit)
 }
 
 // check validates a range the way backends do.

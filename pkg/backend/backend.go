@@ -45,6 +45,17 @@ type Backend interface {
 	Close() error
 }
 
+// SpaceChecker is implemented by a thin backend that can run out of space
+// before its Size. CheckSpace reports, without writing, whether a write of n
+// bytes at off would still leave headroom bytes free: nil if so, an error
+// wrapping ErrNoSpace if not (overwrites of allocated blocks need none). A
+// replicated volume asks it before proposing a write, with headroom for
+// what may be in flight, so that the write is refused with Capacity Exceeded
+// up front instead of failing on a replica after it was committed.
+type SpaceChecker interface {
+	CheckSpace(off, n, headroom int64) error
+}
+
 // Error classes. Backends wrap these with %w; the target maps them to NVMe
 // status codes in one place (target/status.go).
 var (

@@ -327,10 +327,25 @@ func (s *Store) Flush(ctx context.Context) error {
 	return s.call(ctx, command{kind: cmdFlush})
 }
 
+// CheckSpace implements backend.SpaceChecker: it reports whether a write of
+// n bytes at off would fit with headroom bytes of capacity to spare.
+func (h *Volume) CheckSpace(off, n, headroom int64) error {
+	lba, count, err := h.check(off, n)
+	if err != nil || count == 0 {
+		return err
+	}
+	return h.s.admitWithHeadroom(h.v, lba, count, (headroom+BlockSize-1)/BlockSize)
+}
+
 // admit refuses a write of n blocks at lba of v when the mapped blocks, the
 // buffered writes to unmapped blocks and the unmapped blocks of this write
 // would exceed the usable capacity: a full store still takes overwrites.
 func (s *Store) admit(v *volume, lba uint64, n int) error {
+	return s.admitWithHeadroom(v, lba, n, 0)
+}
+
+// admitWithHeadroom is admit with headroom blocks of the capacity kept free.
+func (s *Store) admitWithHeadroom(v *volume, lba uint64, n int, headroom int64) error {
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrWriteFault, err)
 	}
@@ -341,8 +356,9 @@ func (s *Store) admit(v *volume, lba uint64, n int) error {
 		}
 	}
 	used := s.counters.mappedBlocks.Load() + s.counters.pendingFresh.Load()
-	if capacity := s.capacityBlocks(); fresh > 0 && used+fresh > capacity {
-		return fmt.Errorf("%w: %d blocks in use or buffered, capacity %d", backend.ErrNoSpace, used, capacity)
+	if capacity := s.capacityBlocks() - headroom; fresh > 0 && used+fresh > capacity {
+		return fmt.Errorf("%w: %d blocks in use or buffered, capacity %d (%d kept free)",
+			backend.ErrNoSpace, used, capacity+headroom, headroom)
 	}
 	return nil
 }

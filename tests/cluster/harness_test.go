@@ -65,6 +65,9 @@ type opts struct {
 	// store keeps replicas in the log-structured store; otherwise as files
 	// (which a test can compare byte for byte after a clean stop).
 	store bool
+	// driveSize and raftLog override the store's drive size ("256MiB") and
+	// the Raft log region's size ("64MiB").
+	driveSize, raftLog string
 }
 
 // node is one basaltd process and its addresses.
@@ -174,12 +177,13 @@ func (tc *testCluster) writeConfig(n *node) {
 		fmt.Fprintf(&b, "  [[cluster.peer]]\n  id = %d\n  raft = %q\n  nvme = %q\n  api = %q\n", p.id, raft, p.nvme, p.api)
 	}
 	if tc.o.store {
-		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = \"256MiB\"\nbuffer = %q\nbuffer_size = \"64MiB\"\n"+
+		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = %q\nbuffer = %q\nbuffer_size = \"64MiB\"\n"+
 			"chunk_size = \"32KiB\"\nsegment_stripes = 8\n",
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"),
-			filepath.Join(tc.shm, fmt.Sprintf("node%d.wbuf", n.id)))
+			or(tc.o.driveSize, "256MiB"), filepath.Join(tc.shm, fmt.Sprintf("node%d.wbuf", n.id)))
 	}
-	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = \"64MiB\"\n", filepath.Join(tc.shm, fmt.Sprintf("node%d.raft", n.id)))
+	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.shm, fmt.Sprintf("node%d.raft", n.id)),
+		or(tc.o.raftLog, "64MiB"))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
@@ -374,6 +378,14 @@ func (tc *testCluster) connect(nqn string) (*host.MultiPath, func()) {
 			_ = c.Close()
 		}
 	}
+}
+
+// or returns s, or def when s is empty.
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // block returns a 4 KiB block whose first 16 bytes say which write it is.

@@ -247,7 +247,7 @@ func (c *Controller) buildIO(op IOOp, nsid uint32, slba uint64, data []byte, blo
 	case len(data) == 0 || len(data)%ns.BlockSize != 0:
 		return cmd, nil, nil, fmt.Errorf("%w: %d bytes is not a multiple of the %d-byte block", ErrInvalidArgument, len(data), ns.BlockSize)
 	case nlb > 1<<16 || (c.maxTransfer > 0 && len(data) > c.maxTransfer):
-		return cmd, nil, nil, fmt.Errorf("%w: %d bytes exceeds the maximum transfer (%d bytes, 65536 blocks)",
+		return cmd, nil, nil, fmt.Errorf("%w: %d bytes exceeds the maximum transfer (MDTS: %d bytes; NLB: 65536 blocks)",
 			ErrInvalidArgument, len(data), c.maxTransfer)
 	}
 	cdw12 := uint32(nlb - 1)
