@@ -304,3 +304,25 @@ func TestRetriedCommandsThatCommittedSucceed(t *testing.T) {
 		t.Fatalf("a create colliding with another volume: %v, want ErrExists", err)
 	}
 }
+
+// TestStoppedGroupLeavesItsPathInaccessible stops a volume's group on the
+// node that leads it (as a storage error would): that node's ANA state must
+// turn inaccessible, so that hosts stop sending there, although no other
+// leader is known yet.
+func TestStoppedGroupLeavesItsPathInaccessible(t *testing.T) {
+	tc := newTestCluster(t, 3)
+	res, err := tc.submit(1, createCmd("vol1", 1<<20, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.Volume
+	var leader cluster.NodeID
+	tc.eventually("the leader's path is optimized", func() bool {
+		leader = tc.net.VolumeLeader(v.ID)
+		return leader != 0 && tc.nodes[leader].ana(v) == nvme.ANAOptimized
+	})
+	tc.net.StopGroup(v.ID, leader)
+	tc.eventually("the stopped leader's path is inaccessible", func() bool {
+		return tc.nodes[leader].ana(v) == nvme.ANAInaccessible
+	})
+}

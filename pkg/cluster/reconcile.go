@@ -216,7 +216,8 @@ func anaState(leader bool) nvme.ANAState {
 }
 
 // watchANA keeps the volume's ANA group optimized on this node's port
-// while this node leads the volume's group, inaccessible otherwise.
+// while this node leads the volume's group, inaccessible otherwise, and
+// for good once the group has stopped on this node.
 func (r *reconciler) watchANA(lv *localVolume) {
 	ch := lv.group.Watch()
 	grp, port := lv.spec.Load().ANAGroup, r.c.cfg.Port
@@ -226,7 +227,8 @@ func (r *reconciler) watchANA(lv *localVolume) {
 		case <-lv.stop:
 			return
 		case leader, ok := <-ch:
-			if !ok {
+			if !ok { // the group stopped here (an error): never optimized again
+				r.t.SetANAState(grp, port, nvme.ANAInaccessible)
 				return
 			}
 			r.t.SetANAState(grp, port, anaState(leader == r.c.cfg.Self.ID))

@@ -33,6 +33,7 @@ type group struct {
 	members  []cluster.NodeID
 	locals   map[cluster.NodeID]backend.Backend
 	watchers map[cluster.NodeID][]chan cluster.NodeID
+	stopped  map[cluster.NodeID]bool // StopGroup
 }
 
 // NewNet returns an empty Net; the metadata leader is the first node that
@@ -63,6 +64,26 @@ func (n *Net) SetVolumeLeader(id cluster.GroupID, leader cluster.NodeID) {
 	if g := n.vols[id]; g != nil {
 		g.setLeader(leader)
 	}
+}
+
+// StopGroup makes volume group id stop on node self, as a storage error
+// stops a Raft group there: self's watch channels close and it no longer
+// counts itself the leader.
+func (n *Net) StopGroup(id cluster.GroupID, self cluster.NodeID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	g := n.vols[id]
+	if g == nil {
+		return
+	}
+	for _, ch := range g.watchers[self] {
+		close(ch)
+	}
+	delete(g.watchers, self)
+	if g.stopped == nil {
+		g.stopped = map[cluster.NodeID]bool{}
+	}
+	g.stopped[self] = true
 }
 
 // LoseNextProposals makes the next n proposals commit and apply but fail
@@ -228,7 +249,11 @@ func (h *handle) Leader() cluster.NodeID {
 	return h.g.leader
 }
 
-func (h *handle) IsLeader() bool { return h.Leader() == h.self }
+func (h *handle) IsLeader() bool {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	return h.g.leader == h.self && !h.g.stopped[h.self]
+}
 
 func (h *handle) Watch() <-chan cluster.NodeID {
 	h.n.mu.Lock()
