@@ -101,6 +101,9 @@ func (b *Buffer) recordAt(pos uint64) (recordHeader, []byte, bool) {
 	return h, payload, true
 }
 
+// UUID returns the buffer's identity, fixed when it was formatted.
+func (b *Buffer) UUID() [16]byte { return b.uuid }
+
 // Used returns the bytes the log holds now (live records and padding),
 // the Used of Stats without the rest.
 func (b *Buffer) Used() int64 {

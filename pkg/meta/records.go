@@ -161,6 +161,11 @@ type CheckpointHead struct {
 	Seq uint64 `json:"seq"`
 	// BufferSeq is the write-buffer sequence those stripes destaged up to.
 	BufferSeq uint64 `json:"buffer_seq"`
+	// BufferUUID names the write buffer BufferSeq counts in (zero in
+	// checkpoints written before it was recorded). A store whose buffer is
+	// another one (blank after a reboot on tmpfs, a replaced device) takes
+	// none of its records for destaged.
+	BufferUUID [16]byte `json:"buffer_uuid"`
 	// Volumes lists, per volume, the chunks that were stored.
 	Volumes []CheckpointVolume `json:"volumes"`
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"basalt/cache"
+	"basalt/pkg/disk"
 	"basalt/pkg/meta"
 )
 
@@ -41,7 +42,7 @@ func (s *Store) recover() error {
 	if err := s.recount(); err != nil {
 		return err
 	}
-	first, err := s.openBuffer(bufferSeq)
+	first, bufferSeq, err := s.openBuffer(head, bufferSeq)
 	if err != nil {
 		return err
 	}
@@ -238,22 +239,26 @@ func (s *Store) recount() error {
 
 // openBuffer opens the write buffer, releases the records the replayed
 // stripes made durable, and enters the rest into the overlays. It returns
-// the first record left.
-func (s *Store) openBuffer(destaged uint64) (cache.Seq, error) {
+// the first record left and the buffer sequence destaged up to, which is 0
+// when the buffer is not the one the checkpoint counts in (newBuffer).
+func (s *Store) openBuffer(head meta.CheckpointHead, destaged uint64) (cache.Seq, uint64, error) {
 	buf, err := cache.Open(s.region, cache.Options{})
 	if err != nil {
-		return 0, fmt.Errorf("store: while opening the write buffer: %w", err)
+		return 0, 0, fmt.Errorf("store: while opening the write buffer: %w", err)
 	}
 	s.buf = buf
 	st := buf.Stats()
 	s.counters.maxPayload = st.MaxPayload
 	if minRecord := writeRecordSize(1); st.MaxPayload < minRecord {
-		return 0, fmt.Errorf("%w: the write buffer's records hold %d bytes, a block needs %d",
+		return 0, 0, fmt.Errorf("%w: the write buffer's records hold %d bytes, a block needs %d",
 			ErrInvalidOptions, st.MaxPayload, minRecord)
+	}
+	if s.newBuffer(head, st.UUID) {
+		destaged = 0
 	}
 	if upTo := min(cache.Seq(destaged), st.Last); upTo >= st.First {
 		if err := buf.Release(upTo); err != nil {
-			return 0, fmt.Errorf("store: while releasing destaged records: %w", err)
+			return 0, 0, fmt.Errorf("store: while releasing destaged records: %w", err)
 		}
 	}
 	first := buf.Stats().First
@@ -274,7 +279,22 @@ func (s *Store) openBuffer(destaged uint64) (cache.Seq, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: while replaying the write buffer: %w", err)
+		return 0, 0, fmt.Errorf("store: while replaying the write buffer: %w", err)
 	}
-	return first, nil
+	return first, destaged, nil
+}
+
+// newBuffer reports whether the write buffer is another one than the
+// checkpoint's: then the sequence numbers the checkpoint and the stripes
+// after it destaged up to count in the old buffer, and none of the new
+// buffer's records may be taken for destaged. What the old buffer held and
+// had not destaged is gone; the log says so. A checkpoint that names no
+// buffer (written before buffers were named) is trusted.
+func (s *Store) newBuffer(head meta.CheckpointHead, uuid [16]byte) bool {
+	if head.BufferUUID == ([16]byte{}) || head.BufferUUID == uuid {
+		return false
+	}
+	s.log.Warn("the write buffer is not the one the store last used: writes it held that were not yet destaged are lost",
+		"buffer", disk.UUID(uuid), "checkpoint_buffer", disk.UUID(head.BufferUUID), "checkpoint", head.Seq)
+	return true
 }
