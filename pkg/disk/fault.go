@@ -121,7 +121,15 @@ type FaultOptions struct {
 	// Rules are consulted, in order, before the probabilities. The first
 	// rule that injects a fault other than latency ends the search.
 	Rules []Rule
+	// DiscardKeepsData makes a successful Discard leave the inner drive's
+	// bytes as they were (it is still recorded, see Discards): a device may
+	// return the old data or zeros for a discarded range, and callers must
+	// not depend on either.
+	DiscardKeepsData bool
 }
+
+// Extent is a byte range of a drive.
+type Extent struct{ Off, Len int64 }
 
 // validate panics on a configuration no test means to write.
 func (o *FaultOptions) validate() {
@@ -155,6 +163,7 @@ type FaultDrive struct {
 		random   *rand.Rand
 		matches  []int // per rule: matching operations seen so far
 		injected [faultCount]int
+		discards []Extent // successful discards, in order
 	}
 }
 
@@ -201,6 +210,13 @@ func (d *FaultDrive) Injected(f Fault) int {
 		return 0
 	}
 	return d.mu.injected[f]
+}
+
+// Discards returns the ranges of the discards that succeeded, oldest first.
+func (d *FaultDrive) Discards() []Extent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Extent(nil), d.mu.discards...)
 }
 
 // Inner returns the wrapped drive.

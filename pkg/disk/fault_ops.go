@@ -91,7 +91,9 @@ func (d *FaultDrive) Sync() error {
 	return d.inner.Sync()
 }
 
-// Discard discards on the inner drive, unless a fault intervenes.
+// Discard discards on the inner drive, unless a fault intervenes, and
+// records the range (see Discards; with DiscardKeepsData the inner drive is
+// left as it was).
 func (d *FaultDrive) Discard(off, n int64) error {
 	if d.failed.Load() {
 		return fmt.Errorf("%w: discard of %d bytes at offset %d", ErrDriveFailed, n, off)
@@ -102,7 +104,18 @@ func (d *FaultDrive) Discard(off, n int64) error {
 	if d.choose(OpDiscard, off, n).fault == FaultError {
 		return injectedError(OpDiscard, off, n)
 	}
-	return d.inner.Discard(off, n)
+	d.mu.Lock()
+	keep := d.mu.options.DiscardKeepsData
+	d.mu.Unlock()
+	if !keep {
+		if err := d.inner.Discard(off, n); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.mu.discards = append(d.mu.discards, Extent{Off: off, Len: n})
+	d.mu.Unlock()
+	return nil
 }
 
 func (d *FaultDrive) begin(op string, p []byte, off int64) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/bits"
+	"slices"
 	"testing"
 	"time"
 
@@ -267,5 +268,31 @@ func TestOpAndFaultStrings(t *testing.T) {
 	}
 	if FaultMisdirect.String() != "misdirect" || Fault(42).String() != "Fault(42)" {
 		t.Fatal("Fault.String")
+	}
+}
+
+func TestFaultDiscardIsRecordedAndMayKeepTheOldBytes(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		d, inner, original := newFaultOverMem(t, FaultOptions{DiscardKeepsData: keep})
+		if err := d.Discard(2*BlockSize, 3*BlockSize); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Discard(BlockSize, 0); err != nil { // empty: not recorded
+			t.Fatal(err)
+		}
+		if got, want := d.Discards(), []Extent{{Off: 2 * BlockSize, Len: 3 * BlockSize}}; !slices.Equal(got, want) {
+			t.Fatalf("keep=%v: Discards() = %v, want %v", keep, got, want)
+		}
+		want := slices.Clone(original)
+		if !keep {
+			clear(want[2*BlockSize : 5*BlockSize])
+		}
+		if got := mustRead(t, inner, faultDriveSize, 0); !bytes.Equal(got, want) {
+			t.Fatalf("keep=%v: the inner drive holds the wrong bytes after the discard", keep)
+		}
+	}
+	d, _, _ := newFaultOverMem(t, FaultOptions{Rules: []Rule{{Op: OpDiscard, Fault: FaultError}}})
+	if err := d.Discard(0, BlockSize); !errors.Is(err, ErrIO) || len(d.Discards()) != 0 {
+		t.Fatalf("failed discard: %v, recorded %v", err, d.Discards())
 	}
 }

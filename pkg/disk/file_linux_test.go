@@ -221,3 +221,41 @@ func TestFileDriveOnLoopBlockDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFileDrivePunchedHoleReadsZerosAndFreesBlocks discards a range of a
+// written file: it must read back as zeros, and, wherever the filesystem
+// punches holes (the drive did not fall back to writing zeros), the file's
+// allocated blocks must shrink by about the range.
+func TestFileDrivePunchedHoleReadsZerosAndFreesBlocks(t *testing.T) {
+	const size, off, n = 4 << 20, 1 << 20, 2 << 20
+	path := filepath.Join(t.TempDir(), "drive")
+	d, err := OpenFile(path, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mustWrite(t, d, pattern(size, 3), 0)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	before := allocatedBytes(t, path)
+	if err := d.Discard(off, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustRead(t, d, n, off); !bytes.Equal(got, make([]byte, n)) {
+		t.Fatal("punched range does not read as zeros")
+	}
+	if got, want := mustRead(t, d, off, 0), pattern(size, 3)[:off]; !bytes.Equal(got, want) {
+		t.Fatal("the bytes before the hole changed")
+	}
+	if d.noPunchHole.Load() {
+		t.Skip("this filesystem cannot punch holes; Discard wrote zeros")
+	}
+	after := allocatedBytes(t, path)
+	if before-after < n/2 {
+		t.Fatalf("allocated %d bytes before the punch, %d after: want about %d fewer", before, after, n)
+	}
+}

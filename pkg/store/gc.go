@@ -91,7 +91,8 @@ func (w *writer) pickVictim() *segment {
 
 // freeEligible frees every sealed segment that holds no live block, whose
 // stripes are all covered by the checkpoint in force (so recovery never
-// needs their summaries) and that nobody has pinned. It returns how many it
+// needs their summaries) and that nobody has pinned, then discards their
+// ranges on the drives (best effort, discard.go). It returns how many it
 // freed.
 func (w *writer) freeEligible() (int, error) {
 	s := w.s
@@ -122,9 +123,12 @@ func (w *writer) freeEligible() (int, error) {
 			return 0, fmt.Errorf("store: while freeing segments: %w", err)
 		}
 	}
+	ids := make([]meta.SegmentID, 0, len(rows))
 	for _, r := range rows {
-		w.free = append(w.free, r.ID)
+		ids = append(ids, r.ID)
 	}
+	s.discardSegments(ids)
+	w.free = append(w.free, ids...)
 	slices.Sort(w.free)
 	s.counters.freeSegments.Store(int64(len(w.free)))
 	return len(rows), nil

@@ -49,16 +49,17 @@ var testEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // rig is a store on memory drives, a fake persistent region and in-memory
 // metadata, which can be reopened (cleanly or after a simulated crash).
 type rig struct {
-	t      testing.TB
-	opts   Options            // as given, without Drives, Buffer, Meta
-	mem    []*disk.MemDrive   // crash-capable drives, or nil
-	plain  []*plainDrive      // or plain memory drives
-	fault  []*disk.FaultDrive // nil when no fault wrappers
-	region *pmem.Fake
-	db     *meta.DB
-	gate   *crashGate
-	clock  *clock.Manual
-	s      *Store
+	t         testing.TB
+	opts      Options            // as given, without Drives, Buffer, Meta
+	mem       []*disk.MemDrive   // crash-capable drives, or nil
+	plain     []*plainDrive      // or plain memory drives
+	fault     []*disk.FaultDrive // nil when no fault wrappers
+	faultOpts disk.FaultOptions
+	region    *pmem.Fake
+	db        *meta.DB
+	gate      *crashGate
+	clock     *clock.Manual
+	s         *Store
 }
 
 type rigConfig struct {
@@ -66,6 +67,8 @@ type rigConfig struct {
 	driveSize  int64
 	bufferSize int
 	faults     bool // wrap drives in FaultDrives
+	// faultOpts configure the FaultDrives (their Clock is the rig's).
+	faultOpts disk.FaultOptions
 	// crashable uses disk.MemDrive, which models power loss but copies the
 	// whole drive at every Sync (slow under the race detector); otherwise
 	// plainDrive.
@@ -85,7 +88,8 @@ func newRig(t testing.TB, cfg rigConfig) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, opts: cfg.opts, region: pmem.NewFake(cfg.bufferSize, 1), db: db,
-		clock: clock.NewManual(testEpoch)}
+		clock: clock.NewManual(testEpoch), faultOpts: cfg.faultOpts}
+	r.faultOpts.Clock = r.clock
 	for range cfg.drives {
 		if cfg.crashable {
 			r.mem = append(r.mem, disk.NewMem(cfg.driveSize))
@@ -95,7 +99,7 @@ func newRig(t testing.TB, cfg rigConfig) *rig {
 	}
 	if cfg.faults {
 		for i := range cfg.drives {
-			r.fault = append(r.fault, disk.NewFault(r.inner(i), disk.FaultOptions{Clock: r.clock}, int64(i)))
+			r.fault = append(r.fault, disk.NewFault(r.inner(i), r.faultOpts, int64(i)))
 		}
 	}
 	t.Cleanup(func() {
@@ -154,7 +158,7 @@ func (r *rig) reopen() {
 		r.plain[i] = p.reopen()
 	}
 	for i := range r.fault {
-		r.fault[i] = disk.NewFault(r.inner(i), disk.FaultOptions{Clock: r.clock}, int64(i))
+		r.fault[i] = disk.NewFault(r.inner(i), r.faultOpts, int64(i))
 	}
 	r.open()
 }
@@ -179,7 +183,7 @@ func (r *rig) crash(seed int64, keepPct int) {
 	for i, m := range r.mem {
 		r.mem[i] = m.CrashClone(seed+int64(i), keepPct)
 		if r.fault != nil {
-			r.fault[i] = disk.NewFault(r.mem[i], disk.FaultOptions{Clock: r.clock}, int64(i))
+			r.fault[i] = disk.NewFault(r.mem[i], r.faultOpts, int64(i))
 		}
 	}
 }

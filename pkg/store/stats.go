@@ -19,13 +19,15 @@ type counters struct {
 	paddingBlocks   atomic.Uint64 // empty data slots of written stripes
 	gcRuns          atomic.Uint64 // segments cleaned
 
-	stripes       atomic.Uint64
-	checkpoints   atomic.Uint64
-	degradedReads atomic.Uint64
-	repairs       atomic.Uint64
-	unrecoverable atomic.Uint64
-	scrubbed      atomic.Uint64
-	destageRate   atomic.Uint64 // blocks per second, over the last second or so
+	stripes        atomic.Uint64
+	checkpoints    atomic.Uint64
+	degradedReads  atomic.Uint64
+	repairs        atomic.Uint64
+	unrecoverable  atomic.Uint64
+	scrubbed       atomic.Uint64
+	discardedBytes atomic.Uint64 // drive bytes of freed segments discarded
+	discardErrors  atomic.Uint64 // discards that failed (best effort)
+	destageRate    atomic.Uint64 // blocks per second, over the last second or so
 
 	mappedBlocks  atomic.Int64 // mapped entries over all volumes
 	pendingWrites atomic.Int64 // block writes in the overlays
@@ -85,6 +87,10 @@ type Stats struct {
 	Repairs        uint64
 	Unrecoverable  uint64
 	ScrubbedBlocks uint64
+	// DiscardedBytes counts the drive bytes of freed segments discarded
+	// (summed over drives); DiscardErrors the discards that failed.
+	DiscardedBytes uint64
+	DiscardErrors  uint64
 
 	Geometry ec.Geometry // of new stripes (narrower while drives are lost)
 	Drives   []DriveStats
@@ -114,7 +120,7 @@ func (s *Store) Stats() Stats {
 		GCPolicy: s.opts.GCPolicy.String(), DestageRate: float64(c.destageRate.Load()),
 		Stripes: c.stripes.Load(), Checkpoints: c.checkpoints.Load(), DegradedReads: c.degradedReads.Load(),
 		Repairs: c.repairs.Load(), Unrecoverable: c.unrecoverable.Load(), ScrubbedBlocks: c.scrubbed.Load(),
-		WriteAmplification: 1,
+		WriteAmplification: 1, DiscardedBytes: c.discardedBytes.Load(), DiscardErrors: c.discardErrors.Load(),
 	}
 	if life.DestagedBlocks > 0 {
 		st.WriteAmplification = float64(life.DestagedBlocks+life.RelocatedBlocks) / float64(life.DestagedBlocks)

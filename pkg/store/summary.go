@@ -113,13 +113,23 @@ func encodeSummary(b []byte, s *summary) {
 	le.PutUint32(b[end:], crc32.Checksum(b[:end], castagnoli))
 }
 
+// errNoSummary: the summary's place is all zeros, as in a chunk never
+// written or discarded since (a freed segment's range). Recovery reads it
+// as the end of the segment's stripes, like any summary that is not intact
+// and of the segment's current life; it is not a sign of corruption.
+var errNoSummary = errors.New("store: no summary (the chunk is zeros: never written, or discarded)")
+
 // decodeSummary parses and checks a summary of chunkBlocks-block chunks. It
-// checks, in order: size, magic, checksum, version, reserved bytes, then
+// checks, in order: size, all zeros (errNoSummary, wrapped in
+// ErrBadSummary), magic, checksum, version, reserved bytes, then
 // every field against the others (summaryShapeError). dst's slices are
 // reused.
 func decodeSummary(b []byte, chunkBlocks int, dst *summary) error {
 	if len(b) < BlockSize || len(b)%BlockSize != 0 {
 		return fmt.Errorf("%w: %d bytes", ErrBadSummary, len(b))
+	}
+	if allZero(b) {
+		return fmt.Errorf("%w: %w", ErrBadSummary, errNoSummary)
 	}
 	if string(b[0:4]) != summaryMagic {
 		return fmt.Errorf("%w: magic %q", ErrBadSummary, b[0:4])
