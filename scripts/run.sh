@@ -90,7 +90,7 @@ CFG
 [store]
 drives = ["$dir/drive0", "$dir/drive1", "$dir/drive2"]
 drive_size = "4GiB"
-buffer = "$SHM/basalt-$tag-node$i.wbuf"
+buffer = "memory"            # the Raft log on $SHM holds every write until destaged
 buffer_size = "256MiB"
 parity = 1
 CFG

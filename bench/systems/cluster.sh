@@ -7,8 +7,9 @@
 #     [store]    three drive files of max(SIZE_MIB, 1 GiB) each under
 #                $WORK (the disk under test, like Ceph's OSD files and
 #                the disk's fio file), parity 1 (k+1 across the drives)
-#     write buffer and Raft log on /dev/shm (256 MiB each; the reference
-#                gives Ceph's WAL/DB persistent memory, here tmpfs)
+#     Raft log on /dev/shm (256 MiB; the reference gives Ceph's WAL/DB
+#                persistent memory, here tmpfs); the store stages writes
+#                in memory (256 MiB): the Raft log holds them until destaged
 #   one volume "bench" of SIZE_MIB MiB with replication factor RF, created
 #   with basaltctl once every node is active, used once it reports healthy.
 #
@@ -71,7 +72,7 @@ PEER
 [store]
 drives = ["$dir/node$i/drive0", "$dir/node$i/drive1", "$dir/node$i/drive2"]
 drive_size = "${drive_mib}MiB"
-buffer = "$shm/node$i.wbuf"
+buffer = "memory"
 buffer_size = "${BASALT_BUFFER_MIB:-256}MiB"
 parity = 1
 

@@ -36,7 +36,8 @@ import (
 //	[store]                            # optional: replicas in the log-structured store
 //	drives = ["/var/lib/basalt/d0", "/var/lib/basalt/d1", "/var/lib/basalt/d2"]
 //	drive_size = "4GiB"                # files are created sparse
-//	buffer = "/dev/shm/basalt-node1.wbuf"  # write buffer (DAX fs, or tmpfs for dev)
+//	buffer = "memory"                  # staging: the Raft log on pmem holds the writes
+//	                                   # (a node without [cluster]: a file on DAX, or tmpfs for dev)
 //	buffer_size = "256MiB"
 //	parity = 1                         # k+1 across the drives
 //	chunk_size = "128KiB"
@@ -94,7 +95,11 @@ type Store struct {
 	Drives []string `toml:"drives"`
 	// DriveSize is the size of each drive file; 0: the existing size.
 	DriveSize Size `toml:"drive_size"`
-	// Buffer is the write-buffer file and BufferSize its size.
+	// Buffer is the write-buffer file and BufferSize its size. On a
+	// cluster node Buffer may be empty or "memory": the store then stages
+	// writes in process memory, since the Raft log on persistent memory
+	// keeps every write until the store has destaged it, so data reach
+	// persistent memory once. A node without [cluster] needs a file.
 	Buffer     string `toml:"buffer"`
 	BufferSize Size   `toml:"buffer_size"`
 	// Parity and Data are the stripe geometry in chunks (format time);
@@ -196,15 +201,27 @@ func cmpOr(s, def string) string {
 	return s
 }
 
+// BufferInMemory is the Buffer value that stages writes in process memory.
+const BufferInMemory = "memory"
+
+// InMemoryBuffer reports whether the store stages writes in process memory
+// (Buffer empty or "memory").
+func (s *Store) InMemoryBuffer() bool { return s.Buffer == "" || s.Buffer == BufferInMemory }
+
 // validateCluster checks the cluster sections (nothing without [cluster],
 // except that [store] needs it).
 func (c *Config) validateCluster() []error {
 	cl := c.Cluster
 	if cl == nil {
+		var errs []error
 		if c.Store != nil && c.Node.DataDir == "" {
-			return []error{fmt.Errorf("[store] needs node.data_dir (the store's metadata lives there)")}
+			errs = append(errs, fmt.Errorf("[store] needs node.data_dir (the store's metadata lives there)"))
 		}
-		return nil
+		if c.Store != nil && c.Store.InMemoryBuffer() {
+			errs = append(errs, fmt.Errorf("store.buffer: a node without [cluster] needs a write-buffer file "+
+				"(on a DAX filesystem, or tmpfs for development); \"memory\" suits only a cluster node, whose Raft log holds the writes"))
+		}
+		return errs
 	}
 	var errs []error
 	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -233,8 +250,8 @@ func (c *Config) validateCluster() []error {
 		add("raft_log.size %d: want at least 1MiB", c.RaftLog.Size)
 	}
 	if s := c.Store; s != nil {
-		if len(s.Drives) == 0 || s.Buffer == "" || s.BufferSize <= 0 {
-			add("[store] needs drives, buffer and buffer_size")
+		if len(s.Drives) == 0 || s.BufferSize <= 0 {
+			add("[store] needs drives and buffer_size")
 		}
 		if s.DriveSize < 0 || s.DriveSize%4096 != 0 {
 			add("store.drive_size %d: want a multiple of 4096", s.DriveSize)

@@ -149,7 +149,7 @@ func TestClusterValidation(t *testing.T) {
 		{"port id", `s/\[cluster\]/[nvme]\nport_id = 7\n[cluster]/`, []string{"port ID is the node ID"}},
 		{"ticks", `s/node_id = 2/node_id = 2\nelection_ticks = 1\nheartbeat_ticks = 2/`, []string{"election_ticks > heartbeat_ticks"}},
 		{"bad tick", `s/node_id = 2/node_id = 2\nraft_tick = "soon"/`, []string{"duration \"soon\""}},
-		{"store without buffer", `s/buffer = .*//`, []string{"[store] needs drives, buffer"}},
+		{"store without buffer size", `s/buffer_size = .*//`, []string{"[store] needs drives and buffer_size"}},
 		{"store gc", `s/buffer_size = "1GiB"/buffer_size = "1GiB"\ngc_policy = "lazy"/`, []string{"gc_policy \"lazy\""}},
 		{"subsystems in a cluster", `s/\[cluster\]/[[subsystem]]\nnqn = "nqn.x:y"\nallow_any_host = true\n[cluster]/`, []string{"cannot be used with [cluster]"}},
 		{"tiny raft log", `s/\[store\]/[raft_log]\nsize = "4KiB"\n[store]/`, []string{"raft_log.size"}},
@@ -167,6 +167,24 @@ func TestClusterValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestStoreBufferInMemoryOnlyInACluster(t *testing.T) {
+	for _, buf := range []string{"", `buffer = "memory"`} {
+		_, err := Load(write(t, "[node]\ndata_dir = \"/tmp/x\"\n[store]\ndrives = [\"/d\"]\n"+buf+"\nbuffer_size = \"1MiB\"\n"))
+		if err == nil || !strings.Contains(err.Error(), "needs a write-buffer file") {
+			t.Errorf("single node, %q: err = %v", buf, err)
+		}
+	}
+	for _, edit := range []string{`s/buffer = .*//`, `s/buffer = .*/buffer = "memory"/`} {
+		cfg, err := Load(write(t, sed(t, clusterFile, edit)))
+		if err != nil {
+			t.Fatalf("cluster, %s: %v", edit, err)
+		}
+		if !cfg.Store.InMemoryBuffer() {
+			t.Errorf("cluster, %s: buffer %q is not in memory", edit, cfg.Store.Buffer)
+		}
 	}
 }
 

@@ -113,17 +113,43 @@ func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error 
 		}
 		opts.Drives = append(opts.Drives, d)
 	}
-	region, err := pmem.OpenFile(sc.Buffer, int(sc.BufferSize))
+	region, err := openStoreBuffer(sc)
 	if err != nil {
 		closeDrives(opts.Drives)
-		return fmt.Errorf("node: write buffer %s: %w", sc.Buffer, err)
+		return err
 	}
-	log.Info("write buffer mapped", "path", sc.Buffer, "mode", region.Mode().String(), "survives_power_loss", region.Mode().Durable())
+	log.Info("store write buffer", "path", cmpOr(sc.Buffer, config.BufferInMemory), "mode", region.Mode().String(),
+		"survives_power_loss", region.Mode().Durable())
 	opts.Buffer = region
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
 		return fmt.Errorf("node: store: %w", err)
 	}
 	return nil
+}
+
+// openStoreBuffer maps the store's write buffer file, or allocates it in
+// process memory (config.Store.InMemoryBuffer, cluster nodes only: their
+// Raft log holds every write until the store has destaged it).
+func openStoreBuffer(sc *config.Store) (pmem.Region, error) {
+	if sc.InMemoryBuffer() {
+		region, err := pmem.NewMemory(int(sc.BufferSize))
+		if err != nil {
+			return nil, fmt.Errorf("node: store write buffer in memory: %w", err)
+		}
+		return region, nil
+	}
+	region, err := pmem.OpenFile(sc.Buffer, int(sc.BufferSize))
+	if err != nil {
+		return nil, fmt.Errorf("node: write buffer %s: %w", sc.Buffer, err)
+	}
+	return region, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func closeDrives(ds []disk.Drive) {

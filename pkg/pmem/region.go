@@ -53,10 +53,13 @@ const (
 	// Persist is msync(MS_SYNC).
 	ModeMsync
 	// ModeVolatile: a MAP_SHARED mapping of a file on tmpfs or ramfs; Persist
-	// is msync, and nothing survives a power loss.
+	// does nothing (the pages are the file), and nothing survives a power
+	// loss; the bytes survive the process.
 	ModeVolatile
 	// ModeFake: the in-memory test double; persistence is simulated.
 	ModeFake
+	// ModeMemory: anonymous memory (NewMemory); nothing survives the process.
+	ModeMemory
 )
 
 // String describes the mode for logs, for example "dax (MAP_SYNC, clwb)".
@@ -67,9 +70,11 @@ func (m Mode) String() string {
 	case ModeMsync:
 		return "msync"
 	case ModeVolatile:
-		return "msync (tmpfs, lost on power loss)"
+		return "tmpfs (no persistence, lost on power loss)"
 	case ModeFake:
 		return "fake (simulated persistence)"
+	case ModeMemory:
+		return "memory (volatile, lost when the process ends)"
 	default:
 		return fmt.Sprintf("Mode(%d)", uint8(m))
 	}

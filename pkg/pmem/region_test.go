@@ -13,7 +13,8 @@ func TestModeString(t *testing.T) {
 	}{
 		{ModeDAX, "dax (MAP_SYNC, " + writeBackMethod.String() + ")", true},
 		{ModeMsync, "msync", true},
-		{ModeVolatile, "msync (tmpfs, lost on power loss)", false},
+		{ModeVolatile, "tmpfs (no persistence, lost on power loss)", false},
+		{ModeMemory, "memory (volatile, lost when the process ends)", false},
 		{ModeFake, "fake (simulated persistence)", true},
 		{Mode(0), "Mode(0)", false},
 	}

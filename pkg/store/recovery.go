@@ -8,6 +8,7 @@ import (
 	"basalt/cache"
 	"basalt/pkg/disk"
 	"basalt/pkg/meta"
+	"basalt/pkg/pmem"
 )
 
 // recover rebuilds the in-memory state (doc.go, "Recovery"): volumes, the
@@ -293,6 +294,10 @@ func (s *Store) openBuffer(head meta.CheckpointHead, destaged uint64) (cache.Seq
 func (s *Store) newBuffer(head meta.CheckpointHead, uuid [16]byte) bool {
 	if head.BufferUUID == ([16]byte{}) || head.BufferUUID == uuid {
 		return false
+	}
+	if s.region.Mode() == pmem.ModeMemory { // by design: the caller replays from its own log
+		s.log.Info("the write buffer is in memory and starts empty", "checkpoint", head.Seq)
+		return true
 	}
 	s.log.Warn("the write buffer is not the one the store last used: writes it held that were not yet destaged are lost",
 		"buffer", disk.UUID(uuid), "checkpoint_buffer", disk.UUID(head.BufferUUID), "checkpoint", head.Seq)

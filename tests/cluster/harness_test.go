@@ -177,10 +177,11 @@ func (tc *testCluster) writeConfig(n *node) {
 		fmt.Fprintf(&b, "  [[cluster.peer]]\n  id = %d\n  raft = %q\n  nvme = %q\n  api = %q\n", p.id, raft, p.nvme, p.api)
 	}
 	if tc.o.store {
-		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = %q\nbuffer = %q\nbuffer_size = \"64MiB\"\n"+
+		// No buffer file: the store stages in memory, the Raft log holds the writes.
+		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = %q\nbuffer_size = \"64MiB\"\n"+
 			"chunk_size = \"32KiB\"\nsegment_stripes = 8\n",
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"),
-			or(tc.o.driveSize, "256MiB"), filepath.Join(tc.shm, fmt.Sprintf("node%d.wbuf", n.id)))
+			or(tc.o.driveSize, "256MiB"))
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.shm, fmt.Sprintf("node%d.raft", n.id)),
 		or(tc.o.raftLog, "64MiB"))

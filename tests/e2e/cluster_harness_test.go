@@ -93,9 +93,10 @@ func (kc *kcluster) config(nd *knode) string {
 		fmt.Fprintf(&b, "  [[cluster.peer]]\n  id = %d\n  name = \"node%d\"\n  raft = %q\n  nvme = \"10.0.2.2:%d\"\n  api = %q\n",
 			p.id, p.id, p.raft, p.nvmePort, p.api)
 	}
-	fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = \"256MiB\"\nbuffer = %q\nbuffer_size = \"64MiB\"\n"+
+	// The store stages in memory: the Raft log holds every write until destaged.
+	fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = \"256MiB\"\nbuffer = \"memory\"\nbuffer_size = \"64MiB\"\n"+
 		"parity = 1\nchunk_size = \"32KiB\"\nsegment_stripes = 8\n",
-		filepath.Join(nd.dir, "d0"), filepath.Join(nd.dir, "d1"), filepath.Join(nd.dir, "d2"), filepath.Join(nd.dir, "wbuf"))
+		filepath.Join(nd.dir, "d0"), filepath.Join(nd.dir, "d1"), filepath.Join(nd.dir, "d2"))
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = \"64MiB\"\n", filepath.Join(nd.dir, "raft.log"))
 	return b.String()
 }
