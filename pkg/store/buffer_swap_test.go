@@ -69,3 +69,56 @@ func TestNewWriteBufferKeepsItsRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestFlushOnAMemoryBufferMakesEverythingDurable is the contract a cluster
+// node relies on when its store stages writes in memory (pmem.Memory): once
+// Flush returns, every write and trim before it is on the drives, so that a
+// crash, which loses the whole buffer, loses nothing the Raft log no longer
+// holds.
+func TestFlushOnAMemoryBufferMakesEverythingDurable(t *testing.T) {
+	cfg := defaultRigConfig()
+	cfg.crashable = true
+	cfg.memoryBuffer = true
+	cfg.opts.PartialStripeDelay = time.Hour
+	r := newRig(t, cfg)
+	ctx := context.Background()
+	v, err := r.s.CreateVolume("v", 4<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := func(lba, gen int) []byte { return bytes.Repeat([]byte{byte(lba), byte(gen), 0x3C, 0xC3}, BlockSize/4) }
+	for lba := range 100 {
+		if err := v.WriteAt(ctx, block(lba, 1), int64(lba)*BlockSize, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Trim(ctx, 10*BlockSize, 10*BlockSize); err != nil {
+		t.Fatal(err)
+	}
+	for lba := 20; lba < 30; lba++ {
+		if err := v.WriteAt(ctx, block(lba, 2), int64(lba)*BlockSize, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := v.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.crash(7, 0)
+	r.open()
+	if v, err = r.s.Volume("v"); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, BlockSize)
+	for lba := range 100 {
+		want := block(lba, 1)
+		switch {
+		case lba >= 10 && lba < 20:
+			want = make([]byte, BlockSize)
+		case lba >= 20 && lba < 30:
+			want = block(lba, 2)
+		}
+		if err := v.ReadAt(ctx, got, int64(lba)*BlockSize); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("lba %d after the crash: %x... (%v), want %x...", lba, got[:4], err, want[:4])
+		}
+	}
+}

@@ -56,7 +56,9 @@ type rig struct {
 	fault     []*disk.FaultDrive // nil when no fault wrappers
 	faultOpts disk.FaultOptions
 	region    *pmem.Fake
-	db        *meta.DB
+	// memoryBuffer: see rigConfig.
+	memoryBuffer bool
+	db           *meta.DB
 	gate      *crashGate
 	clock     *clock.Manual
 	s         *Store
@@ -73,7 +75,10 @@ type rigConfig struct {
 	// whole drive at every Sync (slow under the race detector); otherwise
 	// plainDrive.
 	crashable bool
-	opts      Options
+	// memoryBuffer gives the store a fresh pmem.Memory buffer at every open,
+	// as a cluster node's store has: nothing in it survives a crash.
+	memoryBuffer bool
+	opts         Options
 }
 
 func defaultRigConfig() rigConfig {
@@ -88,7 +93,7 @@ func newRig(t testing.TB, cfg rigConfig) *rig {
 		t.Fatal(err)
 	}
 	r := &rig{t: t, opts: cfg.opts, region: pmem.NewFake(cfg.bufferSize, 1), db: db,
-		clock: clock.NewManual(testEpoch), faultOpts: cfg.faultOpts}
+		clock: clock.NewManual(testEpoch), faultOpts: cfg.faultOpts, memoryBuffer: cfg.memoryBuffer}
 	r.faultOpts.Clock = r.clock
 	for range cfg.drives {
 		if cfg.crashable {
@@ -134,6 +139,13 @@ func (r *rig) tryOpen() error {
 		opts.Drives = append(opts.Drives, &gatedDrive{Drive: d, gate: r.gate})
 	}
 	opts.Buffer = &gatedRegion{Region: r.region, gate: r.gate}
+	if r.memoryBuffer {
+		region, err := pmem.NewMemory(r.region.Size())
+		if err != nil {
+			return err
+		}
+		opts.Buffer = &gatedRegion{Region: region, gate: r.gate}
+	}
 	s, err := Open(opts)
 	r.s = s
 	return err
