@@ -123,6 +123,9 @@ func BenchmarkRandomWrite4K(b *testing.B) {
 	reportIOPS(b, start)
 	st := s.Stats()
 	b.ReportMetric(st.WriteAmplification, "WA")
+	if st.DestagedBlocks > 0 {
+		b.ReportMetric(100*float64(st.PaddingBlocks)/float64(st.DestagedBlocks+st.PaddingBlocks), "pad%")
+	}
 }
 
 // BenchmarkRandomRead4K: 4 KiB reads at random LBAs of a volume whose data

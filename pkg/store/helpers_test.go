@@ -59,9 +59,9 @@ type rig struct {
 	// memoryBuffer: see rigConfig.
 	memoryBuffer bool
 	db           *meta.DB
-	gate      *crashGate
-	clock     *clock.Manual
-	s         *Store
+	gate         *crashGate
+	clock        *clock.Manual
+	s            *Store
 }
 
 type rigConfig struct {
