@@ -2,7 +2,7 @@
 // Its verbs mirror the API:
 //
 //	basaltctl [--api URL] [-o table|json] cluster status
-//	basaltctl node list
+//	basaltctl node list                (with each node's scrub schedule)
 //	basaltctl volume create NAME --size 4GiB [--rf 3] [--host NQN ...]
 //	basaltctl volume list | show NAME [--via HOST] | delete NAME | resize NAME --size SIZE
 //	basaltctl host add VOLUME NQN | host remove VOLUME NQN
@@ -141,7 +141,7 @@ func clusterCmd(o *options) *cobra.Command {
 
 func nodeCmd(o *options) *cobra.Command {
 	return group("node", "Nodes of the cluster", &cobra.Command{
-		Use: "list", Short: "List the nodes, whether they are up, and what they hold", Args: exactArgs(),
+		Use: "list", Short: "List the nodes, whether they are up, what they hold, and their scrub schedules", Args: exactArgs(),
 		RunE: func(*cobra.Command, []string) error {
 			ctx, cancel := o.ctx()
 			defer cancel()

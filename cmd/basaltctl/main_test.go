@@ -117,10 +117,59 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
+func TestCLINodeListShowsScrub(t *testing.T) {
+	ac := clustertest.NewAPICluster(t, 3, time.Second)
+	last := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
+	ac.Nodes[0].Scrub.Store(&api.ScrubView{Enabled: true, Interval: "168h0m0s", InProgress: true, Fraction: 0.42,
+		LastCompleted: last, Last: api.ScrubCounts{Repaired: 3}, Pass: &api.ScrubCounts{Repaired: 1, Unrecoverable: 2}})
+	ac.Nodes[1].Scrub.Store(&api.ScrubView{Enabled: true, Interval: "24h0m0s", NextDue: last.Add(24 * time.Hour)})
+	ac.Nodes[2].Scrub.Store(&api.ScrubView{Interval: "0s"})
+	out, errs, code := ctl(t, ac.Nodes[0].Server.URL, "node", "list")
+	if code != 0 {
+		t.Fatalf("node list: %d %s", code, errs)
+	}
+	lines := strings.Split(out, "\n")
+	want := map[string][]string{ // the scrub line of each node
+		"SCRUB": {"STATE", "EVERY", "LAST COMPLETED", "NEXT DUE", "REPAIRED", "UNRECOVERABLE"},
+		"node1": {"running 42%", "168h", "2026-03-01 02:00 UTC", "3 +1", "0 +2"},
+		"node2": {"idle", "24h", "never", "2026-03-02 02:00 UTC"},
+		"node3": {"off", "never"},
+	}
+	for prefix, fields := range want {
+		var line string
+		for _, l := range lines {
+			if strings.HasPrefix(l, prefix) { // the scrub table's lines begin with the name
+				line = l
+			}
+		}
+		for _, f := range fields {
+			if !strings.Contains(line, f) {
+				t.Errorf("scrub line %q lacks %q:\n%s", prefix, f, out)
+			}
+		}
+	}
+
+	out, _, code = ctl(t, ac.Nodes[0].Server.URL, "-o", "json", "node", "list")
+	var nodes []api.NodeView
+	if code != 0 || json.Unmarshal([]byte(out), &nodes) != nil || len(nodes) != 3 || nodes[0].Scrub == nil ||
+		nodes[0].Scrub.Fraction != 0.42 || nodes[1].Scrub.NextDue != last.Add(24*time.Hour) || nodes[2].Scrub.Enabled {
+		t.Errorf("node list -o json: %d %s", code, out)
+	}
+}
+
 func TestHumanSize(t *testing.T) {
 	for n, want := range map[int64]string{0: "0 B", 4096: "4 KiB", 4 << 30: "4 GiB", 1536 << 20: "1.5 GiB"} {
 		if got := humanSize(n); got != want {
 			t.Errorf("humanSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestShortDuration(t *testing.T) {
+	for in, want := range map[string]string{"168h0m0s": "168h", "1h30m0s": "1h30m", "30m0s": "30m", "45s": "45s",
+		"1h0m5s": "1h0m5s", "soon": "soon"} {
+		if got := shortDuration(in); got != want {
+			t.Errorf("shortDuration(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"basalt/pkg/api"
 	"basalt/pkg/cluster"
@@ -72,6 +73,64 @@ func printNodes(w io.Writer, nodes []api.NodeView) {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", n.ID, n.Name, up, n.State, n.NVMeAddr, n.APIAddr,
 			n.RaftAddr, n.Replicas, n.Leading, note)
 	}
+	printScrubs(w, nodes)
+}
+
+// printScrubs writes the scrub schedules of the nodes that have one; the
+// counts are those of the last completed pass, and of the running one
+// so far ("+N").
+func printScrubs(w io.Writer, nodes []api.NodeView) {
+	header := false
+	for _, n := range nodes {
+		sc := n.Scrub
+		if sc == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w)
+			fmt.Fprintln(w, "SCRUB\tSTATE\tEVERY\tLAST COMPLETED\tNEXT DUE\tREPAIRED\tUNRECOVERABLE")
+			header = true
+		}
+		state, every := "off", "-"
+		if sc.Enabled {
+			state, every = "idle", shortDuration(sc.Interval)
+		}
+		repaired, lost := fmt.Sprint(sc.Last.Repaired), fmt.Sprint(sc.Last.Unrecoverable)
+		if sc.InProgress {
+			state = fmt.Sprintf("running %.0f%%", 100*sc.Fraction)
+			if sc.Pass != nil {
+				repaired += fmt.Sprintf(" +%d", sc.Pass.Repaired)
+				lost += fmt.Sprintf(" +%d", sc.Pass.Unrecoverable)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, state, every, when(sc.LastCompleted, "never"),
+			when(sc.NextDue, "-"), repaired, lost)
+	}
+}
+
+// when writes a time in UTC to the minute, or none if it is zero.
+func when(t time.Time, none string) string {
+	if t.IsZero() {
+		return none
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}
+
+// shortDuration drops the zero minutes and seconds of a Go duration
+// ("168h0m0s" → "168h", "1h30m0s" → "1h30m").
+func shortDuration(s string) string {
+	d, err := time.ParseDuration(s)
+	if err != nil || d == 0 {
+		return s
+	}
+	out := d.String()
+	if t, ok := strings.CutSuffix(out, "m0s"); ok {
+		if h, ok := strings.CutSuffix(t, "h0"); ok {
+			return h + "h"
+		}
+		return t + "m"
+	}
+	return out
 }
 
 func printVolumes(w io.Writer, vols []api.VolumeView) {

@@ -173,6 +173,76 @@ func TestNodeDownIsReported(t *testing.T) {
 	}
 }
 
+func TestNodesShowTheScrubSchedule(t *testing.T) {
+	ac := clustertest.NewAPICluster(t, 3, time.Second)
+	last := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
+	ac.Nodes[1].Scrub.Store(&api.ScrubView{Enabled: true, Interval: "168h0m0s", RateBytesPerSecond: 64 << 20,
+		InProgress: true, Fraction: 0.4, PassStarted: last.Add(168 * time.Hour), LastCompleted: last,
+		Last:  api.ScrubCounts{Stripes: 900, Blocks: 28800, Bad: 2, Repaired: 2},
+		Pass:  &api.ScrubCounts{Stripes: 360, Blocks: 11520, Bad: 1, Repaired: 0, Unrecoverable: 1},
+		Total: api.ScrubCounts{Stripes: 1260, Repaired: 2, Unrecoverable: 1}})
+	ac.Nodes[2].Scrub.Store(&api.ScrubView{Enabled: true, Interval: "24h0m0s", NextDue: last.Add(24 * time.Hour)})
+	// Node 1 answers: node 2's and 3's schedules come from their /v1/local.
+	nodes, err := ac.Client(0).Nodes(ctx(t))
+	if err != nil || len(nodes) != 3 {
+		t.Fatalf("nodes: %v %+v", err, nodes)
+	}
+	tests := []struct {
+		node int
+		want *api.ScrubView
+	}{
+		{0, nil}, // no store: no scrub
+		{1, ac.Nodes[1].Scrub.Load()},
+		{2, ac.Nodes[2].Scrub.Load()},
+	}
+	for _, tt := range tests {
+		got := nodes[tt.node].Scrub
+		switch {
+		case tt.want == nil && got != nil:
+			t.Errorf("node %d: scrub %+v, want none", tt.node+1, got)
+		case tt.want == nil:
+		case got == nil:
+			t.Errorf("node %d: no scrub, want %+v", tt.node+1, tt.want)
+		default:
+			gj, _ := json.Marshal(got)
+			wj, _ := json.Marshal(tt.want)
+			if string(gj) != string(wj) {
+				t.Errorf("node %d: scrub\n%s\nwant\n%s", tt.node+1, gj, wj)
+			}
+		}
+	}
+
+	// /v1/local carries the schedule beside the cluster status; absent
+	// times and a pass not in progress are left out.
+	local, err := ac.Client(0).Local(ctx(t))
+	if err != nil || local.Node.ID != 1 || local.Scrub != nil {
+		t.Errorf("node 1 local: %v %+v", err, local)
+	}
+	resp, err := http.Get(ac.Nodes[2].Server.URL + "/v1/local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`"node": {`, `"volumes":`, `"scrub": {`, `"next_due": "2026-03-02T02:00:00Z"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/v1/local lacks %s:\n%s", want, b)
+		}
+	}
+	for _, absent := range []string{`"last_completed"`, `"pass_started"`, `"pass":`} {
+		if strings.Contains(string(b), absent) {
+			t.Errorf("/v1/local has %s for a schedule that never ran:\n%s", absent, b)
+		}
+	}
+
+	// A node that does not answer has no schedule in the list.
+	ac.Nodes[2].Server.Close()
+	nodes, err = ac.Client(0).Nodes(ctx(t))
+	if err != nil || nodes[2].Up || nodes[2].Scrub != nil || nodes[1].Scrub == nil {
+		t.Errorf("with node 3 down: %v %+v", err, nodes)
+	}
+}
+
 func TestMetricsEndpoint(t *testing.T) {
 	ac := clustertest.NewAPICluster(t, 1, time.Second)
 	cl := ac.Client(0)

@@ -136,8 +136,8 @@ func (c *Client) RemoveHost(ctx context.Context, name, nqn string) (VolumeView, 
 }
 
 // Local returns the node's own status.
-func (c *Client) Local(ctx context.Context) (cluster.LocalStatus, error) {
-	var v cluster.LocalStatus
+func (c *Client) Local(ctx context.Context) (LocalView, error) {
+	var v LocalView
 	return v, c.do(ctx, "GET", "/v1/local", nil, &v)
 }
 

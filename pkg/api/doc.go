@@ -5,7 +5,9 @@
 //	method  path                                   answer
 //	------  -------------------------------------  ------------------------------------------
 //	GET     /v1/cluster                            ClusterView: health, metadata leader, counts
-//	GET     /v1/nodes                              []NodeView: addresses, up, replicas, leading
+//	GET     /v1/nodes                              []NodeView: addresses, up, replicas, leading,
+//	                                               scrub schedule (ScrubView: last completed,
+//	                                               next due, progress, repaired/unrecoverable)
 //	GET     /v1/volumes                            []VolumeView
 //	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
 //	                                               {"name","size" (bytes or "4GiB"),"rf","hosts"}
@@ -15,7 +17,8 @@
 //	POST    /v1/volumes/{name}/resize              200, or 202 while replicas grow; body {"size"}
 //	POST    /v1/volumes/{name}/hosts/{nqn}         VolumeView; the volume admits only listed hosts
 //	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left)
-//	GET     /v1/local                              cluster.LocalStatus of the answering node
+//	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
+//	                                               node and its scrub schedule
 //	POST    /v1/internal/commands                  cluster.Result; nodes forward changes here
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //

@@ -23,6 +23,9 @@ type Config struct {
 	Cluster *cluster.Cluster
 	// Metrics serves /metrics; nil: 404.
 	Metrics http.Handler
+	// Scrub returns this node's scrub schedule; nil (or a nil func): the
+	// node has none (no store).
+	Scrub func() *ScrubView
 	// Client reaches the other nodes (the local status of each); default
 	// NewClient with short timeouts.
 	Client *Client
@@ -209,7 +212,16 @@ func (s *Server) removeHost(r *http.Request) (int, any, error) {
 	return s.hostChange(r, cluster.OpRemoveHost)
 }
 
-func (s *Server) getLocal(*http.Request) (int, any, error) { return http.StatusOK, s.c.Local(), nil }
+func (s *Server) getLocal(*http.Request) (int, any, error) { return http.StatusOK, s.local(), nil }
+
+// local returns this node's status and scrub schedule.
+func (s *Server) local() LocalView {
+	v := LocalView{LocalStatus: s.c.Local()}
+	if s.cfg.Scrub != nil {
+		v.Scrub = s.cfg.Scrub()
+	}
+	return v
+}
 
 // postCommand is where other nodes forward changes: it runs them here,
 // and only here, so a request is never forwarded twice.

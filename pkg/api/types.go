@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"basalt/pkg/cluster"
 	"basalt/pkg/config"
@@ -84,6 +85,51 @@ type NodeView struct {
 	Replicas int    `json:"replicas"`
 	Leading  int    `json:"leading"`
 	Error    string `json:"error,omitempty"`
+	// Scrub is the node's scrub schedule; absent for a node without a
+	// store, or one that did not answer.
+	Scrub *ScrubView `json:"scrub,omitempty"`
+}
+
+// LocalView answers GET /v1/local: the node's cluster.LocalStatus (its
+// fields inline) and its scrub schedule.
+type LocalView struct {
+	cluster.LocalStatus
+	Scrub *ScrubView `json:"scrub,omitempty"`
+}
+
+// ScrubView is a node's scrub schedule (store.ScrubStatus): every stripe
+// of its store read, verified and repaired from parity once per Interval.
+// Times are UTC and absent when zero.
+type ScrubView struct {
+	// Enabled is false with store.scrub_interval = "0".
+	Enabled bool `json:"enabled"`
+	// Interval is a Go duration ("168h0m0s").
+	Interval           string `json:"interval"`
+	RateBytesPerSecond int64  `json:"rate_bytes_per_second"`
+	InProgress         bool   `json:"in_progress"`
+	// Fraction of the pass in progress done, by segments (0..1).
+	Fraction    float64   `json:"fraction"`
+	PassStarted time.Time `json:"pass_started,omitzero"`
+	// LastCompleted is absent if no pass ever completed.
+	LastCompleted time.Time `json:"last_completed,omitzero"`
+	// NextDue is when the next pass starts; absent while one runs or
+	// when the schedule is off.
+	NextDue time.Time `json:"next_due,omitzero"`
+	// Last counts the last completed pass, Pass the one in progress so
+	// far, Total everything since the node started.
+	Last  ScrubCounts  `json:"last"`
+	Pass  *ScrubCounts `json:"pass,omitempty"`
+	Total ScrubCounts  `json:"total"`
+}
+
+// ScrubCounts count what a scrub found (store.ScrubCounts).
+type ScrubCounts struct {
+	Stripes  uint64 `json:"stripes"`
+	Blocks   uint64 `json:"blocks"`
+	Bad      uint64 `json:"bad"`
+	Repaired uint64 `json:"repaired"`
+	// Unrecoverable counts stripe rows (or summaries) beyond repair.
+	Unrecoverable uint64 `json:"unrecoverable"`
 }
 
 // VolumeView answers GET /v1/volumes/{name} and the changes of a volume.

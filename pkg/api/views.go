@@ -15,6 +15,7 @@ import (
 type survey struct {
 	nodes  []cluster.Node
 	status map[cluster.NodeID]cluster.LocalStatus
+	scrub  map[cluster.NodeID]*ScrubView
 	errs   map[cluster.NodeID]string
 	stale  bool
 }
@@ -25,7 +26,8 @@ const peerTimeout = 800 * time.Millisecond
 // gather confirms this node's metadata with the leader (best effort) and
 // asks every node for its local status, in parallel.
 func (s *Server) gather(ctx context.Context) *survey {
-	sv := &survey{nodes: s.c.Nodes(), status: map[cluster.NodeID]cluster.LocalStatus{}, errs: map[cluster.NodeID]string{}}
+	sv := &survey{nodes: s.c.Nodes(), status: map[cluster.NodeID]cluster.LocalStatus{},
+		scrub: map[cluster.NodeID]*ScrubView{}, errs: map[cluster.NodeID]string{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -41,9 +43,9 @@ func (s *Server) gather(ctx context.Context) *survey {
 	}()
 	for _, n := range sv.nodes {
 		if n.ID == s.c.Self().ID {
-			local := s.c.Local()
+			local := s.local()
 			mu.Lock()
-			sv.status[n.ID] = local
+			sv.status[n.ID], sv.scrub[n.ID] = local.LocalStatus, local.Scrub
 			mu.Unlock()
 			continue
 		}
@@ -59,7 +61,7 @@ func (s *Server) gather(ctx context.Context) *survey {
 				sv.errs[n.ID] = err.Error()
 				return
 			}
-			sv.status[n.ID] = st
+			sv.status[n.ID], sv.scrub[n.ID] = st.LocalStatus, st.Scrub
 		}()
 	}
 	wg.Wait()
@@ -138,7 +140,7 @@ func (s *Server) getNodes(r *http.Request) (int, any, error) {
 	leader := s.c.MetadataGroup().Leader()
 	out := make([]NodeView, 0, len(sv.nodes))
 	for _, n := range sv.nodes {
-		nv := NodeView{Node: n, MetadataLeader: n.ID == leader, Error: sv.errs[n.ID]}
+		nv := NodeView{Node: n, MetadataLeader: n.ID == leader, Error: sv.errs[n.ID], Scrub: sv.scrub[n.ID]}
 		if nv.State == "" {
 			nv.State = "unregistered"
 		}

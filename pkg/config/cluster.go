@@ -43,6 +43,8 @@ import (
 //	chunk_size = "128KiB"
 //	segment_stripes = 32
 //	gc_policy = "cost-benefit"
+//	scrub_interval = "168h"            # read and verify every stripe once a week; "0": never
+//	scrub_rate = "64MiB"               # scrub reads per second, summed over the drives
 //
 //	[raft_log]
 //	path = "/dev/shm/basalt-node1.raft"   # default: <data_dir>/raft.log
@@ -111,6 +113,14 @@ type Store struct {
 	SegmentStripes int  `toml:"segment_stripes"`
 	// GCPolicy is "cost-benefit" (default) or "greedy".
 	GCPolicy string `toml:"gc_policy"`
+	// ScrubInterval: in the background, every stripe is read, verified
+	// and repaired from parity once per ScrubInterval (store.Scrubber).
+	// Unset: DefaultScrubInterval; an explicit "0" turns the scrub off.
+	ScrubInterval *Duration `toml:"scrub_interval"`
+	// ScrubRate bounds the scrub's drive reads in bytes per second,
+	// summed over the drives, so that it does not starve host I/O.
+	// Unset: DefaultScrubRate.
+	ScrubRate *Size `toml:"scrub_rate"`
 }
 
 // RaftLog is the persistent-memory region holding the node's Raft logs.

@@ -172,6 +172,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Cluster != nil {
 		c.clusterDefaults()
 	}
+	if c.Store != nil {
+		c.Store.storeDefaults()
+	}
 	if c.Node.Name == "" {
 		c.Node.Name = "basalt"
 	}
@@ -234,6 +237,9 @@ func (c *Config) Validate() error {
 	seen := map[string]bool{}
 	for i, s := range c.Subsystems {
 		errs = append(errs, s.validate(i, seen, c.Store != nil)...)
+	}
+	if c.Store != nil {
+		errs = append(errs, c.Store.validate()...)
 	}
 	errs = append(errs, c.validateCluster()...)
 	return errors.Join(errs...)

@@ -17,7 +17,12 @@
 //	basalt_volume_ana_state{volume,state}    1 for this port's ANA state
 //	basalt_volume_controllers{volume}        host controllers connected here
 //	basalt_store_*                           store capacity, use, segments, GC,
-//	                                         destage rate, write amplification, repairs
+//	                                         destage rate, write amplification, repairs,
+//	                                         discarded bytes and discard errors
+//	basalt_scrub_*                           scrub schedule: enabled, in progress,
+//	                                         fraction done, stripes / repaired blocks /
+//	                                         unrecoverable rows (totals since start),
+//	                                         passes, last completed and next due (unix s)
 //	basalt_write_buffer_{size,used}_bytes    write-buffer fill; _records
 //	basalt_drive_{up,reads_total,writes_total,errors_total}{drive,state}
 //	basalt_nvme_*                            controllers, queues, commands, errors

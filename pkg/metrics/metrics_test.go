@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"basalt/pkg/backend"
 	"basalt/pkg/cluster"
@@ -112,6 +113,49 @@ func TestSampledSources(t *testing.T) {
 		`basalt_drive_errors_total{drive="1"} 5`,
 		`basalt_nvme_controllers 2`,
 	)
+}
+
+func TestStoreDiscardAndScrubMetrics(t *testing.T) {
+	last := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) // unix 1767225600
+	sample := StoreSample{DiscardedBytes: 3 << 20, DiscardErrors: 2, Scrub: &ScrubSample{
+		Enabled: true, InProgress: true, Fraction: 0.25, Stripes: 120, Repaired: 4, Unrecoverable: 1, Passes: 3,
+		LastCompleted: last,
+	}}
+	r := New(Sources{Store: func() StoreSample { return sample }}, nil)
+	text := scrape(t, r)
+	mustContain(t, text,
+		"# TYPE basalt_store_discarded_bytes_total counter",
+		"basalt_store_discarded_bytes_total 3.145728e+06",
+		"basalt_store_discard_errors_total 2",
+		"basalt_scrub_enabled 1",
+		"basalt_scrub_in_progress 1",
+		"basalt_scrub_fraction_done 0.25",
+		"# TYPE basalt_scrub_stripes_total counter",
+		"basalt_scrub_stripes_total 120",
+		"basalt_scrub_repaired_blocks_total 4",
+		"basalt_scrub_unrecoverable_total 1",
+		"basalt_scrub_passes_total 3",
+		"# TYPE basalt_scrub_last_completed_timestamp_seconds gauge",
+		"basalt_scrub_last_completed_timestamp_seconds 1.7672256e+09",
+		"basalt_scrub_next_due_timestamp_seconds 0",
+	)
+
+	// Never completed, idle, the next pass due: zero last, a next due time.
+	sample.Scrub = &ScrubSample{Enabled: true, NextDue: last}
+	mustContain(t, scrape(t, r),
+		"basalt_scrub_in_progress 0",
+		"basalt_scrub_fraction_done 0",
+		"basalt_scrub_last_completed_timestamp_seconds 0",
+		"basalt_scrub_next_due_timestamp_seconds 1.7672256e+09",
+	)
+
+	// A store without a scrub schedule exports no scrub metrics.
+	sample.Scrub = nil
+	text = scrape(t, r)
+	if strings.Contains(text, "basalt_scrub_") {
+		t.Error("scrub metrics without a scrub schedule")
+	}
+	mustContain(t, text, "basalt_store_discard_errors_total 2")
 }
 
 func BenchmarkVolumeWrite(b *testing.B) {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -33,8 +34,23 @@ type StoreSample struct {
 	WriteAmplification, DestageRate         float64
 	Stripes, Checkpoints                    uint64
 	DegradedReads, Repairs, Unrecoverable   uint64
+	DiscardedBytes, DiscardErrors           uint64
 	Failed                                  string
 	Drives                                  []DriveSample
+	// Scrub is the store's scrub schedule; nil: none.
+	Scrub *ScrubSample
+}
+
+// ScrubSample is the store's scrub schedule (store.ScrubStatus). The
+// counts are totals since the node started; the times are zero when
+// there is none (never completed; no pass due, one running or the
+// schedule off).
+type ScrubSample struct {
+	Enabled, InProgress              bool
+	Fraction                         float64 // of the pass in progress
+	Stripes, Repaired, Unrecoverable uint64
+	Passes                           uint64
+	LastCompleted, NextDue           time.Time
 }
 
 // DriveSample is one drive slot.
@@ -137,6 +153,13 @@ func (e emitter) store(s StoreSample) {
 	e.counter("basalt_store_repairs_total", "Blocks repaired.", float64(s.Repairs))
 	e.counter("basalt_store_unrecoverable_total", "Blocks that could not be recovered.", float64(s.Unrecoverable))
 	e.gauge("basalt_store_failed", "1 if the store stopped destaging after an error.", b2f(s.Failed != ""))
+	e.counter("basalt_store_discarded_bytes_total", "Drive bytes of freed segments discarded, summed over the drives.",
+		float64(s.DiscardedBytes))
+	e.counter("basalt_store_discard_errors_total", "Discards of freed segments that failed (the space stays allocated).",
+		float64(s.DiscardErrors))
+	if s.Scrub != nil {
+		e.scrub(*s.Scrub)
+	}
 	for _, d := range s.Drives {
 		id := strconv.Itoa(d.Index)
 		e.gauge("basalt_drive_up", "1 if the drive is healthy; the state label says what it is.", b2f(d.State == "healthy"), "drive", id, "state", d.State)
@@ -144,6 +167,29 @@ func (e emitter) store(s StoreSample) {
 		e.counter("basalt_drive_writes_total", "Drive writes.", float64(d.Writes), "drive", id)
 		e.counter("basalt_drive_errors_total", "Drive errors.", float64(d.Errors), "drive", id)
 	}
+}
+
+func (e emitter) scrub(s ScrubSample) {
+	e.gauge("basalt_scrub_enabled", "1 if the store's scrub schedule is on (store.scrub_interval > 0).", b2f(s.Enabled))
+	e.gauge("basalt_scrub_in_progress", "1 while a scrub pass runs.", b2f(s.InProgress))
+	e.gauge("basalt_scrub_fraction_done", "Fraction of the running scrub pass done, by segments (0 when none runs).", s.Fraction)
+	e.counter("basalt_scrub_stripes_total", "Stripes scrubbed since the node started.", float64(s.Stripes))
+	e.counter("basalt_scrub_repaired_blocks_total", "Bad blocks the scrub rewrote from parity since the node started.",
+		float64(s.Repaired))
+	e.counter("basalt_scrub_unrecoverable_total", "Stripe rows (or summaries) the scrub found beyond repair since the node started.",
+		float64(s.Unrecoverable))
+	e.counter("basalt_scrub_passes_total", "Scrub passes completed since the node started.", float64(s.Passes))
+	e.gauge("basalt_scrub_last_completed_timestamp_seconds", "Unix time the last scrub pass completed (0: never).",
+		unixSeconds(s.LastCompleted))
+	e.gauge("basalt_scrub_next_due_timestamp_seconds", "Unix time the next scrub pass starts (0: one runs, or the schedule is off).",
+		unixSeconds(s.NextDue))
+}
+
+func unixSeconds(t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return float64(t.UnixNano()) / 1e9
 }
 
 func (e emitter) target(s target.Stats) {

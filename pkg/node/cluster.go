@@ -32,6 +32,7 @@ type clusterParts struct {
 	log     *slog.Logger
 	db      *meta.DB
 	store   *store.Store
+	scrub   *store.Scrubber
 	raftLog pmem.Region
 	host    *replication.Host
 	cluster *cluster.Cluster
@@ -88,7 +89,7 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 }
 
 // openStorage opens the metadata store and, with [store], the drives and
-// the write buffer.
+// the write buffer, and starts the store's scrub schedule.
 func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error {
 	db, err := meta.Open(meta.Options{Dir: filepath.Join(cfg.Node.DataDir, "meta"), Logger: log})
 	if err != nil {
@@ -124,7 +125,7 @@ func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error 
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
 		return fmt.Errorf("node: store: %w", err)
 	}
-	return nil
+	return cp.startScrubber(cfg, log.With("part", "scrub"))
 }
 
 // openStoreBuffer maps the store's write buffer file, or allocates it in
@@ -215,7 +216,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 	var replicas cluster.Replicas = cluster.FileReplicas{Dir: filepath.Join(cfg.Node.DataDir, "replicas")}
 	src := metrics.Sources{Target: t.Stats}
 	if cp.store != nil {
-		replicas, src.Store = storeReplicas{s: cp.store}, storeSample(cp.store)
+		replicas, src.Store = storeReplicas{s: cp.store}, storeSample(cp.store, cp.scrub)
 	}
 	src.Cluster = func() cluster.LocalStatus { return cp.cluster.Local() }
 	cp.metrics = metrics.New(src, clock.Real())
@@ -238,7 +239,11 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 		return fmt.Errorf("node: API listen %s: %w", cfg.Cluster.APIListen, err)
 	}
 	cp.apiLn = ln
-	h := api.NewServer(api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api")})
+	acfg := api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api")}
+	if cp.scrub != nil {
+		acfg.Scrub = func() *api.ScrubView { return scrubView(cp.scrub) }
+	}
+	h := api.NewServer(acfg)
 	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	cp.log.Info("API listening", "addr", ln.Addr().String())
 	go func() {
@@ -292,9 +297,13 @@ func (cp *clusterParts) close() error {
 	return errors.Join(errs...)
 }
 
-// closeStorage closes the store, the Raft log region and the metadata.
+// closeStorage stops the scrub schedule, then closes the store, the Raft
+// log region and the metadata.
 func (cp *clusterParts) closeStorage() error {
 	var errs []error
+	if cp.scrub != nil {
+		cp.scrub.Close()
+	}
 	if cp.store != nil {
 		errs = append(errs, cp.store.Close())
 	}

@@ -7,8 +7,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,7 +129,40 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 			if err != nil || st.Volumes != 1 {
 				t.Fatalf("cluster after restart: %v %+v", err, st)
 			}
+			if withStore {
+				checkScrubWiring(t, ctx, client, dir, n.APIAddr().String())
+			}
 		})
+	}
+}
+
+// checkScrubWiring: a store node runs its scrub schedule (the default
+// weekly one), keeps its state in the data directory, and shows it in
+// the node list and the metrics.
+func checkScrubWiring(t *testing.T, ctx context.Context, client *api.Client, dir, apiAddr string) {
+	t.Helper()
+	if _, ok, err := (scrubStateFile{path: filepath.Join(dir, scrubStateName)}).LoadScrub(); !ok || err != nil {
+		t.Errorf("scrub state in the data directory: ok %v err %v", ok, err)
+	}
+	nodes, err := client.Nodes(ctx)
+	if err != nil || len(nodes) != 1 || nodes[0].Scrub == nil {
+		t.Fatalf("nodes: %v %+v", err, nodes)
+	}
+	sc := nodes[0].Scrub
+	if !sc.Enabled || sc.Interval != "168h0m0s" || sc.RateBytesPerSecond != 64<<20 || sc.InProgress || sc.NextDue.IsZero() {
+		t.Errorf("scrub %+v, want the default schedule, the first pass due", sc)
+	}
+	resp, err := http.Get("http://" + apiAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{"basalt_scrub_enabled 1", "basalt_scrub_in_progress 0", "basalt_store_discarded_bytes_total ",
+		"basalt_store_discard_errors_total 0", "basalt_scrub_next_due_timestamp_seconds "} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

@@ -5,7 +5,9 @@
 // file: their backends, the NVMe target and the NVMe/TCP listeners.
 //
 // A cluster node (cluster.go) opens its metadata store (badger), its
-// log-structured store when [store] is configured, the persistent-memory
+// log-structured store when [store] is configured (with its background
+// scrub schedule, whose state is <data_dir>/scrub.json; scrub_state.go),
+// the persistent-memory
 // region of its Raft logs, the Raft host, the NVMe target with its port
 // (port ID and controller-ID range from the node ID), the cluster
 // membership with its reconciler, and the HTTP API with /metrics.

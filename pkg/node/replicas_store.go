@@ -10,8 +10,9 @@ import (
 	"basalt/pkg/store"
 )
 
-// storeSample converts the store's statistics for the metrics.
-func storeSample(st *store.Store) func() metrics.StoreSample {
+// storeSample converts the store's statistics (and those of its scrub
+// schedule, sc, if any) for the metrics.
+func storeSample(st *store.Store, sc *store.Scrubber) func() metrics.StoreSample {
 	return func() metrics.StoreSample {
 		s := st.Stats()
 		out := metrics.StoreSample{
@@ -22,6 +23,10 @@ func storeSample(st *store.Store) func() metrics.StoreSample {
 			PaddingBlocks: s.PaddingBlocks, GCRuns: s.GCRuns, WriteAmplification: s.WriteAmplification,
 			DestageRate: s.DestageRate, Stripes: s.Stripes, Checkpoints: s.Checkpoints, DegradedReads: s.DegradedReads,
 			Repairs: s.Repairs, Unrecoverable: s.Unrecoverable, Failed: s.Failed,
+			DiscardedBytes: s.DiscardedBytes, DiscardErrors: s.DiscardErrors,
+		}
+		if sc != nil {
+			out.Scrub = scrubSample(sc)
 		}
 		for _, d := range s.Drives {
 			out.Drives = append(out.Drives, metrics.DriveSample{Index: d.Index, State: d.State, Reads: d.Reads,

@@ -202,6 +202,44 @@
 // point at into its own stream of stripes (cold data apart from host
 // writes). Write amplification = (destaged + relocated) / destaged blocks.
 //
+// # Discarding freed segments
+//
+// Once the free state of cleaned segments is durable in the metadata, the
+// writer tells every healthy drive that each freed segment's range,
+// [1 MiB + g*S*C, +S*C), holds nothing (disk.Drive.Discard: BLKDISCARD on
+// a block device, punched holes in a drive file), so thin-provisioned and flash drives
+// get the space back. It does so before any of the segments is reopened,
+// so nothing reads or writes the ranges meanwhile. Discard is best
+// effort: a failure is logged and counted (Stats.DiscardErrors; the
+// space then stays allocated on the drive), never returned, and a drive
+// that reports itself lost is marked failed as on a read.
+// Stats.DiscardedBytes sums the bytes discarded over the drives. Nothing
+// depends on what a discarded range reads back as: a reopened segment is
+// written stripe by stripe, and recovery stops at the first summary
+// that is not intact and of the segment's current life (zeros included).
+//
+// # Scrub
+//
+// Store.Scrub checks every written stripe once, on demand: each chunk's
+// copy of the summary, data blocks against their entries, padding against
+// zeros, parity against the parity checksums; a row with at most m bad
+// blocks is reconstructed and the bad blocks on healthy drives rewritten in
+// place. A Scrubber runs the same check on a schedule in the background:
+// every stripe once per ScrubOptions.Interval (pkg/node: store.scrub_interval,
+// default a week; 0 turns it off), one segment after another, each stripe
+// pinned while it is read (a segment freed meanwhile is skipped), its drive
+// reads paced to at most BytesPerSecond (store.scrub_rate, default 64 MiB/s)
+// so host I/O keeps the drives. A pass starts Interval after the previous
+// one completed (after the schedule began, for the first); its state
+// (ScrubState: when the schedule began, the last completed pass and its
+// counts, the pass in progress and its cursor, the next segment) is saved
+// through a ScrubStateStore after every segment, so a restart resumes a
+// pass where it stopped and keeps the schedule; pkg/node keeps it in
+// scrub.json in the data directory. Stripes beyond repair are logged as
+// errors and counted (ScrubCounts.Unrecoverable); Scrubber.Status reports
+// progress, the last pass and when the next is due, for the API and the
+// metrics.
+//
 // # Drive failure
 //
 // A drive that fails an I/O with disk.ErrDriveFailed, or fails a write, is

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ type APINode struct {
 	Target  *target.Target
 	Server  *httptest.Server
 	Metrics *metrics.Registry
+	// Scrub is what the node's API reports as its scrub schedule; nil:
+	// none (a node without a store).
+	Scrub atomic.Pointer[api.ScrubView]
 }
 
 // APICluster is n in-process nodes on a Net, each with its HTTP API.
@@ -107,7 +111,8 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 		t.Fatal(err)
 	}
 	an.Cluster, an.Target, an.Metrics = c, tgt, reg
-	h.set(api.NewServer(api.Config{Cluster: c, Metrics: reg.Handler(), Client: client, RequestTimeout: timeout}))
+	h.set(api.NewServer(api.Config{Cluster: c, Metrics: reg.Handler(), Client: client, RequestTimeout: timeout,
+		Scrub: an.Scrub.Load}))
 	t.Cleanup(func() { _ = c.Close(); _ = tgt.Close() })
 }
 
