@@ -67,6 +67,7 @@ type Group struct {
 	stopping chan struct{} // closed by stop
 	done     chan struct{} // closed when the loop goroutine exits
 	stopped  atomic.Bool
+	finished atomic.Bool           // the loop is gone: nothing drains the queues
 	err      atomic.Pointer[error] // why the group stopped
 }
 
@@ -198,8 +199,29 @@ func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
 	p := &proposal{data: entry, done: done, start: g.host.clock.Now()}
 	select {
 	case g.proposals <- p:
-	default:
-		done(ErrProposalDropped)
+		g.failQueuedIfFinished()
+	default: // the queue is full: wait for room without holding the caller
+		go g.submitLater(p)
+	}
+}
+
+// submitLater hands p to the loop once its queue has room, or fails it if
+// the group stops first.
+func (g *Group) submitLater(p *proposal) {
+	select {
+	case g.proposals <- p:
+		g.failQueuedIfFinished()
+	case <-g.stopping:
+		p.done(g.stopErr())
+	}
+}
+
+// failQueuedIfFinished fails what is queued if the loop has finished: a
+// proposal queued after finish drained the queue would otherwise wait for
+// ever (finish sets finished before it drains, so one of the two sees it).
+func (g *Group) failQueuedIfFinished() {
+	if g.finished.Load() {
+		g.failQueued()
 	}
 }
 
@@ -488,6 +510,18 @@ func (g *Group) finishOnce() {
 	if g.c != nil {
 		g.c.shutdown(g.stopErr())
 	}
+	g.finished.Store(true)
+	g.failQueued()
+	g.watch.Lock()
+	for _, ch := range g.watch.chans {
+		close(ch)
+	}
+	g.watch.chans = nil
+	g.watch.Unlock()
+}
+
+// failQueued fails every proposal and read barrier in the queues.
+func (g *Group) failQueued() {
 	for {
 		select {
 		case p := <-g.proposals:
@@ -495,12 +529,6 @@ func (g *Group) finishOnce() {
 		case r := <-g.reads:
 			r.done(g.stopErr())
 		default:
-			g.watch.Lock()
-			for _, ch := range g.watch.chans {
-				close(ch)
-			}
-			g.watch.chans = nil
-			g.watch.Unlock()
 			return
 		}
 	}
