@@ -55,4 +55,66 @@
 //
 // A new format version may use reserved bytes; this code refuses any version
 // but 1 with ErrUnsupportedVersion rather than guess.
+//
+// # I/O engines
+//
+// A FileDrive issues ReadAt and WriteAt through io_uring (Linux 5.6 or
+// later, where io_uring_setup is allowed) or through blocking pread/pwrite;
+// OpenFile picks io_uring where it can (FileOptions.Engine chooses). A
+// blocking pread holds an OS thread, and costs a thread switch, per request
+// in flight; io_uring submits many requests in one system call and parks
+// the waiting goroutines instead.
+//
+// One ring per drive (uring_linux.go, uring_queue_linux.go). Goroutines
+// take one of URingDepth slots, queue an SQE whose user_data is the slot
+// index, and park on the slot; the first of them not finding a submitter at
+// work calls io_uring_enter for everything queued. A reaper goroutine waits
+// on an eventfd registered with the ring (in Go's netpoller, holding no OS
+// thread), reaps the CQEs and wakes each slot's goroutine. The slot keeps
+// a reference to the buffer until its CQE is reaped.
+//
+// # io_uring shared memory (the kernel ABI this package relies on)
+//
+// io_uring_setup(entries, params) fills struct io_uring_params (120 bytes)
+// with the offsets of the ring fields; both rings share one mapping at
+// offset 0 of the ring descriptor (IORING_FEAT_SINGLE_MMAP, required), the
+// SQE array is mapped at offset 0x10000000. All integers are native endian.
+//
+//	io_uring_params  offset  size  field
+//	                      0     4  sq_entries (out: a power of two)
+//	                      4     4  cq_entries (out: 2 * sq_entries)
+//	                      8     4  flags (in: 0)
+//	                     12    16  sq_thread_cpu, sq_thread_idle, features, wq_fd
+//	                     28    12  reserved
+//	                     40    40  sq_off: head, tail, ring_mask, ring_entries,
+//	                               flags, dropped, array (u32 each), resv1 (u32),
+//	                               user_addr (u64)
+//	                     80    40  cq_off: head, tail, ring_mask, ring_entries,
+//	                               overflow, cqes, flags, resv1 (u32 each),
+//	                               user_addr (u64)
+//
+// Ring mapping: u32 words at the sq_off/cq_off offsets. We write the SQ
+// tail and the CQ head; the kernel writes the SQ head and the CQ tail. Each
+// side stores its index after writing the entries it covers and loads the
+// other's before reading them (acquire/release; Go's atomics are stronger).
+// The SQ array at sq_off.array maps ring positions to SQE indexes; it is
+// set to the identity once. CQEs start at cq_off.cqes.
+//
+//	SQE (64 bytes)   offset  size  field
+//	                      0     1  opcode: 0 NOP, 22 READ, 23 WRITE
+//	                      1     1  flags (0)
+//	                      2     2  ioprio (0)
+//	                      4     4  fd (int32)
+//	                      8     8  offset in the file (u64)
+//	                     16     8  buffer address (u64)
+//	                     24     4  length in bytes (u32)
+//	                     28     4  rw_flags (0)
+//	                     32     8  user_data: slot index, or ^0 for Close's NOP
+//	                     40    24  buf_index, personality, file_index, addr3,
+//	                               pad (0)
+//
+//	CQE (16 bytes)   offset  size  field
+//	                      0     8  user_data, copied from the SQE
+//	                      8     4  res (int32): bytes transferred, or -errno
+//	                     12     4  flags (ignored)
 package disk

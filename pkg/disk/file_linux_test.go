@@ -23,7 +23,7 @@ func refuseDirect(name string, flag int, perm os.FileMode) (*os.File, error) {
 }
 
 func fileDriveMakers() []driveMaker {
-	return []driveMaker{
+	return append(engineDriveMakers(), []driveMaker{ // uring_linux_test.go
 		{"file", func(t *testing.T, size int64) Drive {
 			d, err := OpenFile(filepath.Join(t.TempDir(), "drive"), size)
 			if err != nil {
@@ -41,7 +41,7 @@ func fileDriveMakers() []driveMaker {
 			}
 			return d
 		}},
-	}
+	}...)
 }
 
 // directCapable reports whether dir is on a filesystem known to support
