@@ -113,7 +113,8 @@ main() {
 	phase "report: $OUT/results.json, results.md, plots"
 	go run ./bench/report -raw "$RAW" -out "$OUT"
 	phase "done in $(((SECONDS - t0) / 60)) min $(((SECONDS - t0) % 60)) s"
-	sed -n '/^| workload/,/^$/p' "$OUT/results.md" | head -60 >&2
+	# sed, not head: head would end early and pipefail turn SIGPIPE into a failure
+	sed -n '/^| workload/,/^$/p' "$OUT/results.md" | sed -n '1,60p' >&2
 }
 
 main "$@"
