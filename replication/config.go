@@ -52,9 +52,9 @@ type Config struct {
 	// MaxInflightMsgs bounds the append messages in flight to one follower
 	// (pipelining). Default 256.
 	MaxInflightMsgs int
-	// MaxUncommittedSize bounds the bytes of proposals a leader accepts
-	// before they commit; beyond it proposals fail with ErrProposalDropped.
-	// Default 64 MiB.
+	// MaxUncommittedSize bounds the bytes of proposals a leader steps into
+	// Raft before they commit; beyond it further proposals wait in the
+	// group's queue (back-pressure, doc.go "Buffer space"). Default 64 MiB.
 	MaxUncommittedSize uint64
 	// MaxProposalSize bounds one proposal. Default 8 MiB, and at most a
 	// quarter of the log region's largest record.
