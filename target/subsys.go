@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ type nsTable struct {
 func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) *Subsystem {
 	s := &Subsystem{
 		t: t, nqn: cfg.NQN, discovery: discovery, allowAny: cfg.AllowAnyHost,
-		serial: cmpOr(cfg.Serial, t.cfg.Serial), model: cmpOr(cfg.Model, t.cfg.Model),
+		serial: cmp.Or(cfg.Serial, t.cfg.Serial), model: cmp.Or(cfg.Model, t.cfg.Model),
 		hosts: make(map[string]bool),
 	}
 	for _, h := range cfg.Hosts {

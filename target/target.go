@@ -1,6 +1,7 @@
 package target
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,9 +112,9 @@ func (c *Config) EnsureDefaults() {
 	if c.MQES == 0 {
 		c.MQES = DefaultMQES
 	}
-	c.Serial = cmpOr(c.Serial, "basalt")
-	c.Model = cmpOr(c.Model, "Basalt")
-	c.Firmware = cmpOr(c.Firmware, "1.0")
+	c.Serial = cmp.Or(c.Serial, "basalt")
+	c.Model = cmp.Or(c.Model, "Basalt")
+	c.Firmware = cmp.Or(c.Firmware, "1.0")
 	if c.MaxNamespaces == 0 {
 		c.MaxNamespaces = DefaultMaxNamespaces
 	}
@@ -123,13 +124,6 @@ func (c *Config) EnsureDefaults() {
 	if c.DiscoveryKATO == 0 {
 		c.DiscoveryKATO = DefaultDiscoveryKATO
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Validate reports every invalid field (call EnsureDefaults first).

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -177,16 +178,16 @@ func (c *Config) clusterDefaults() {
 			cl.Peers[i].Name = fmt.Sprintf("node%d", cl.Peers[i].ID)
 		}
 	}
-	c.NVMe.Listen = cmpOr(c.NVMe.Listen, self.NVMe)
-	c.NVMe.Advertise = cmpOr(c.NVMe.Advertise, self.NVMe)
+	c.NVMe.Listen = cmp.Or(c.NVMe.Listen, self.NVMe)
+	c.NVMe.Advertise = cmp.Or(c.NVMe.Advertise, self.NVMe)
 	if c.NVMe.PortID == 0 {
 		c.NVMe.PortID = uint16(cl.NodeID)
 	}
 	if c.NVMe.CNTLIDMin == 0 && c.NVMe.CNTLIDMax == 0 && cl.NodeID <= MaxNodeID {
 		c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax = CNTLIDRange(cl.NodeID)
 	}
-	cl.RaftListen = cmpOr(cl.RaftListen, self.Raft)
-	cl.APIListen = cmpOr(cl.APIListen, self.API)
+	cl.RaftListen = cmp.Or(cl.RaftListen, self.Raft)
+	cl.APIListen = cmp.Or(cl.APIListen, self.API)
 	if cl.RaftTick == 0 {
 		cl.RaftTick = Duration(50 * time.Millisecond)
 	}
@@ -202,13 +203,6 @@ func (c *Config) clusterDefaults() {
 	if c.RaftLog.Size == 0 {
 		c.RaftLog.Size = 256 << 20
 	}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // BufferInMemory is the Buffer value that stages writes in process memory.

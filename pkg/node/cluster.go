@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,7 +120,7 @@ func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error 
 		closeDrives(opts.Drives)
 		return err
 	}
-	log.Info("store write buffer", "path", cmpOr(sc.Buffer, config.BufferInMemory), "mode", region.Mode().String(),
+	log.Info("store write buffer", "path", cmp.Or(sc.Buffer, config.BufferInMemory), "mode", region.Mode().String(),
 		"survives_power_loss", region.Mode().Durable())
 	opts.Buffer = region
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
@@ -144,13 +145,6 @@ func openStoreBuffer(sc *config.Store) (pmem.Region, error) {
 		return nil, fmt.Errorf("node: write buffer %s: %w", sc.Buffer, err)
 	}
 	return region, nil
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func closeDrives(ds []disk.Drive) {

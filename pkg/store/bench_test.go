@@ -130,8 +130,11 @@ func BenchmarkRandomWrite4K(b *testing.B) {
 
 // BenchmarkRandomRead4K: 4 KiB reads at random LBAs of a volume whose data
 // is all destaged.
-func BenchmarkRandomRead4K(b *testing.B) {
-	s := openBenchStore(b, Options{})
+func BenchmarkRandomRead4K(b *testing.B) { randomReads(b, openBenchStore(b, Options{})) }
+
+// randomReads fills a 256 MiB volume of s, destages it, and measures 4 KiB
+// reads at random LBAs.
+func randomReads(b *testing.B, s *Store) {
 	const size = 256 << 20
 	v, err := s.CreateVolume("bench", size)
 	if err != nil {
@@ -192,6 +195,11 @@ func rawFiles(b *testing.B) ([]*disk.FileDrive, []string) {
 
 func rawRandom(b *testing.B, write bool) {
 	drives, _ := rawFiles(b)
+	driveOps(b, drives, write)
+}
+
+// driveOps measures 4 KiB writes or reads at random offsets of drives.
+func driveOps(b *testing.B, drives []*disk.FileDrive, write bool) {
 	blocks := uint64(benchDriveSize / BlockSize)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -1,12 +1,9 @@
 package store
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"basalt/pkg/disk"
 	"basalt/pkg/pmem"
@@ -61,16 +58,7 @@ func BenchmarkRawRandomRead4KByEngine(b *testing.B) {
 				drives[i] = openEngineDrive(b, path, benchDriveSize, engine)
 				b.Cleanup(func() { _ = drives[i].Close() })
 			}
-			blocks := uint64(benchDriveSize / BlockSize)
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			parallelOps(b, func(rng *rand.Rand, buf []byte) error {
-				d := drives[rng.IntN(len(drives))]
-				_, err := d.ReadAt(buf, int64(rng.Uint64N(blocks))*BlockSize)
-				return err
-			})
-			reportIOPS(b, start)
+			driveOps(b, drives, false)
 		})
 	}
 }
@@ -79,32 +67,7 @@ func BenchmarkRawRandomRead4KByEngine(b *testing.B) {
 func BenchmarkRandomRead4KByEngine(b *testing.B) {
 	for _, engine := range benchEngines {
 		b.Run(engineName(engine), func(b *testing.B) {
-			s := openEngineStore(b, engine)
-			const size = 256 << 20
-			v, err := s.CreateVolume("bench", size)
-			if err != nil {
-				b.Fatal(err)
-			}
-			chunk := make([]byte, 1<<20)
-			for i := range chunk {
-				chunk[i] = byte(i * 31)
-			}
-			for off := int64(0); off < size; off += int64(len(chunk)) {
-				if err := v.WriteAt(context.Background(), chunk, off, 0); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := s.Flush(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			blocks := uint64(size / BlockSize)
-			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			parallelOps(b, func(rng *rand.Rand, buf []byte) error {
-				return v.ReadAt(context.Background(), buf, int64(rng.Uint64N(blocks))*BlockSize)
-			})
-			reportIOPS(b, start)
+			randomReads(b, openEngineStore(b, engine))
 		})
 	}
 }

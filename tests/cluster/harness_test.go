@@ -11,6 +11,7 @@ package cluster_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -181,10 +182,10 @@ func (tc *testCluster) writeConfig(n *node) {
 		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = %q\nbuffer_size = \"64MiB\"\n"+
 			"chunk_size = \"32KiB\"\nsegment_stripes = 8\n",
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"),
-			or(tc.o.driveSize, "256MiB"))
+			cmp.Or(tc.o.driveSize, "256MiB"))
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.shm, fmt.Sprintf("node%d.raft", n.id)),
-		or(tc.o.raftLog, "64MiB"))
+		cmp.Or(tc.o.raftLog, "64MiB"))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
@@ -379,14 +380,6 @@ func (tc *testCluster) connect(nqn string) (*host.MultiPath, func()) {
 			_ = c.Close()
 		}
 	}
-}
-
-// or returns s, or def when s is empty.
-func or(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // block returns a 4 KiB block whose first 16 bytes say which write it is.
