@@ -29,6 +29,8 @@ var (
 	// ErrTooLarge: the record is larger than Stats.MaxPayload (about half the
 	// log, at most 2 GiB).
 	ErrTooLarge = errors.New("cache: record too large")
+	// ErrBadBlocks: AppendBlocks was given data that is not whole blocks.
+	ErrBadBlocks = errors.New("cache: data is not a whole number of blocks")
 	// ErrReleased: the record was released.
 	ErrReleased = errors.New("cache: record released")
 	// ErrNotFound: no such record: never appended, truncated, or not yet
@@ -151,6 +153,28 @@ func (b *Buffer) Append(ctx context.Context, kind Kind, payloads ...[]byte) (Seq
 	for _, payload := range payloads {
 		length += len(payload)
 	}
+	return b.append(ctx, kind, length, payloads, nil)
+}
+
+// AppendBlocks is Append of the payload head || sums || data, where data is
+// a whole number of BlockSize blocks and sums is the table of their CRC32Cs
+// (Castagnoli, 4 bytes each, little-endian) in order. The buffer computes
+// the table from its own copy of data, so each sum matches the block the
+// record holds even if the caller's data changed during the copy; the
+// record's checksum covers the whole payload as for Append, and Read returns
+// it whole. A data length that is not a multiple of BlockSize is
+// ErrBadBlocks.
+func (b *Buffer) AppendBlocks(ctx context.Context, kind Kind, head, data []byte) (Seq, error) {
+	if len(data)%BlockSize != 0 {
+		return 0, fmt.Errorf("%w: %d bytes", ErrBadBlocks, len(data))
+	}
+	length := len(head) + len(data)/BlockSize*4 + len(data)
+	return b.append(ctx, kind, length, [][]byte{head}, data)
+}
+
+// append writes a record of length bytes: payloads, then, if blocks is not
+// nil, the table of its blocks' checksums and the blocks.
+func (b *Buffer) append(ctx context.Context, kind Kind, length int, payloads [][]byte, blocks []byte) (Seq, error) {
 	if length > b.maxPayload {
 		return 0, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, length, b.maxPayload)
 	}
@@ -161,7 +185,7 @@ func (b *Buffer) Append(ctx context.Context, kind Kind, payloads ...[]byte) (Seq
 	if err != nil {
 		return 0, err
 	}
-	err = b.writeRecord(r, kind, uint32(length), payloads)
+	err = b.writeRecord(r, kind, uint32(length), payloads, blocks)
 	if err := b.complete(r.seq, err); err != nil {
 		return 0, err
 	}
@@ -264,7 +288,7 @@ func (b *Buffer) wakeAllLocked() {
 
 // writeRecord fills the reserved space and persists it. It runs without mu:
 // the space belongs to this Append alone.
-func (b *Buffer) writeRecord(r reservation, kind Kind, length uint32, payloads [][]byte) error {
+func (b *Buffer) writeRecord(r reservation, kind Kind, length uint32, payloads [][]byte, blocks []byte) error {
 	if r.pos != r.start {
 		if err := b.writePadding(r); err != nil {
 			return err
@@ -280,6 +304,12 @@ func (b *Buffer) writeRecord(r reservation, kind Kind, length uint32, payloads [
 	}
 	// The CRC covers the copy in the region, not the caller's buffers.
 	crc := crc32.Update(headerCRC(b.crcSeed, head), castagnoli, b.mem[off+recordHeaderLen:at])
+	if blocks != nil {
+		n := len(blocks) / BlockSize
+		sums, data := b.mem[at:at+4*n], b.mem[at+4*n:at+4*n+len(blocks)]
+		crc = copyBlocks(crc, data, sums, blocks)
+		at += 4*n + len(blocks)
+	}
 	binary.LittleEndian.PutUint32(head[4:], crc)
 	return b.region.Persist(off, at-off)
 }

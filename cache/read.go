@@ -29,6 +29,34 @@ func (b *Buffer) Read(seq Seq, dst []byte) (Kind, []byte, error) {
 	return h.kind, append(dst[:0], payload...), nil
 }
 
+// View returns the kind and payload of acknowledged, unreleased record seq,
+// aliasing the buffer's memory: the payload stays valid until seq is
+// released and must not be written. Unlike Read, it does not verify the
+// payload against the record's checksum again, only the record header
+// (magic, version, sequence, position, bounds). It is for the reader that
+// releases seq itself and trusts the buffer's memory from Append, or Open's
+// verification, until Release: the destager, which checks each block it
+// moves against the block's own checksum later, on every read from a drive.
+// Errors are Read's.
+func (b *Buffer) View(seq Seq) (Kind, []byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.closed {
+		return 0, nil, ErrClosed
+	}
+	e, err := b.liveEntryLocked(seq)
+	if err != nil {
+		return 0, nil, err
+	}
+	off := b.offset(e.pos)
+	h, ok := decodeRecordHeader(b.mem[off : off+recordHeaderLen])
+	if !ok || h.seq != seq || h.pos != e.pos || h.flags&flagPadding != 0 ||
+		recordSize(int(h.length)) != e.end-e.pos {
+		return 0, nil, fmt.Errorf("%w: record %v at log position %d no longer verifies", ErrCorrupt, seq, e.pos)
+	}
+	return h.kind, b.mem[off+recordHeaderLen : off+recordHeaderLen+int(h.length)], nil
+}
+
 func (b *Buffer) liveEntryLocked(seq Seq) (*entry, error) {
 	first := b.firstLocked()
 	switch {

@@ -21,12 +21,20 @@ type flight struct {
 // flushStream encodes the closed stripes of the stream's batch (and with pad
 // its partial one too) and writes them: the host stream's batch in the
 // background, while the writer fills the next one; the cleaner's at once.
-// A partial stripe left behind moves to the next batch. Before anything is
-// encoded, every batch in flight is completed (written, applied), so that
-// stripes are applied in sequence order.
+// A partial stripe left behind moves to the next batch. Stripes are applied
+// in sequence order: batches complete oldest first, and before the cleaner
+// encodes a batch every host batch in flight is completed; a host batch
+// waits for the oldest in flight only when Options.BatchFlights are.
 func (w *writer) flushStream(st *stream, pad bool) error {
-	if err := w.completeAll(); err != nil {
-		return err
+	if st.kind != streamHost {
+		if err := w.completeAll(); err != nil {
+			return err
+		}
+	}
+	for len(st.flights) >= st.maxFlights {
+		if err := w.complete(st); err != nil {
+			return err
+		}
 	}
 	b := st.fill
 	if sb := b.current(); sb != nil && pad {
@@ -46,9 +54,9 @@ func (w *writer) flushStream(st *stream, pad bool) error {
 			return err
 		}
 	}
-	st.fill, st.idle = st.idle, nil
+	st.fill, st.spare = st.spare[len(st.spare)-1], st.spare[:len(st.spare)-1]
 	w.carry(b, st.fill, n)
-	st.flight = fl
+	st.flights = append(st.flights, fl)
 	if w.s.opts.synchronous || st.kind != streamHost {
 		w.writeFlight(fl)
 	} else {
@@ -115,36 +123,40 @@ func (w *writer) writeFlight(fl *flight) {
 	}
 }
 
-// completeAll completes the batches in flight.
+// completeAll completes the batches in flight, oldest first.
 func (w *writer) completeAll() error {
-	if err := w.complete(w.host); err != nil {
-		return err
+	for _, st := range []*stream{w.host, w.gc} {
+		for len(st.flights) > 0 {
+			if err := w.complete(st); err != nil {
+				return err
+			}
+		}
 	}
-	return w.complete(w.gc)
+	return nil
 }
 
-// flightDone returns the channel closed when the host batch in flight is
-// written, or nil if none is.
+// flightDone returns the channel closed when the oldest host batch in
+// flight is written, or nil if none is.
 func (w *writer) flightDone() <-chan struct{} {
-	if fl := w.host.flight; fl != nil {
+	if fl := w.host.oldest(); fl != nil {
 		return fl.done
 	}
 	return nil
 }
 
-// complete waits for the stream's batch in flight, and applies it: the
-// stripes are accepted if no stripe lost more chunks than it has parity
+// complete waits for the stream's oldest batch in flight, and applies it:
+// the stripes are accepted if no stripe lost more chunks than it has parity
 // (a failed drive was marked so, and the stripes are read degraded).
 func (w *writer) complete(st *stream) error {
-	fl := st.flight
+	fl := st.oldest()
 	if fl == nil {
 		return nil
 	}
 	<-fl.done
-	st.flight = nil
+	st.flights = append(st.flights[:0], st.flights[1:]...)
 	b := fl.b
 	if fl.lost > b.geom.shape.parity {
-		st.idle = b
+		st.spare = append(st.spare, b)
 		return fmt.Errorf("%w: %d of %d chunks of stripes %d..%d of %v could not be written",
 			errUnrecoverable, fl.lost, len(b.geom.columns), b.first, b.first+fl.n-1, b.seg.id)
 	}
@@ -177,7 +189,10 @@ func (w *writer) afterBatch(st *stream, fl *flight) error {
 	}
 	b.spare = append(b.spare, b.stripes[:fl.n]...)
 	b.stripes, b.seg, b.geom = b.stripes[:0], nil, nil
-	st.idle = b
+	st.spare = append(st.spare, b)
+	if err := w.rows.wait(g.openTicket); err != nil {
+		return err
+	}
 	if bufferSeq > uint64(w.released) {
 		if err := w.release(cache.Seq(bufferSeq)); err != nil {
 			return err

@@ -11,6 +11,9 @@ import (
 // the maps), then frees the segments the new checkpoint lets go.
 func (w *writer) checkpoint() error {
 	s := w.s
+	if err := w.rows.sync(); err != nil {
+		return err
+	}
 	cw, err := s.meta.BeginCheckpoint()
 	if err != nil {
 		return err

@@ -21,11 +21,13 @@ func (w *writer) pack() (bool, error) {
 			return progress, nil
 		}
 		seq := w.nextPack
-		kind, payload, err := w.s.buf.Read(seq, w.scratch)
+		// The writer releases records itself, so a view of the buffer's
+		// memory is valid while it packs; each block's own checksum, from
+		// the record, travels with it into the segment summary.
+		kind, payload, err := w.s.buf.View(seq)
 		if err != nil {
 			return progress, fmt.Errorf("store: while reading write-buffer record %v: %w", seq, err)
 		}
-		w.scratch = payload[:0]
 		r, err := decodeRecord(kind, payload)
 		if err != nil {
 			return progress, fmt.Errorf("%w: record %v: %w", ErrCorrupt, seq, err)
@@ -63,8 +65,8 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 		if lba >= v.blocks() || !v.ov.current(lba, seq, i) {
 			continue
 		}
-		// The block is not checksummed again here: the buffer's Read has just
-		// verified the whole record, sums included, against its CRC.
+		// The block is not checksummed again here: the buffer computed its
+		// sum from this very copy, and Open verified recovered records whole.
 		block, sum := r.block(i), r.sum(i)
 		if st.batchFull() {
 			w.packIndex = i

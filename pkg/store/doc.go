@@ -23,9 +23,19 @@
 // summary copied into every chunk, one write per drive in parallel, one
 // sync per drive. Then the stripes' entries are applied to the maps, the
 // overlay forgets those versions, and the write buffer releases the records
-// they complete. The writer fills the next batch while the drives write the
-// previous one; at most one batch is in flight, and it is applied before
-// any later stripe is encoded, so stripes are applied in sequence order.
+// they complete. The writer fills and encodes the next batches while the
+// drives write earlier ones (at most Options.BatchFlights in flight);
+// batches complete oldest first, and the cleaner's stripes are encoded only
+// once every host batch in flight is applied, so stripes are applied in
+// sequence order. After a crash, replay stops at the first stripe that is
+// not intact, whatever later batches reached the drives: their records are
+// still in the write buffer.
+//
+// Segment rows (opened, sealed) reach the metadata in the background, many
+// per transaction (segrows.go): an open row is durable before the buffer
+// records of the segment's stripes are released, every row before a
+// checkpoint; a seal row that a crash loses is redone by recovery, which
+// seals a segment it finds open at its last intact stripe.
 //
 // Partial stripes: a stripe is written when full. A partial one is padded
 // (empty slots are zero) and written only when (a) no write has arrived for

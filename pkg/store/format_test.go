@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"basalt/cache"
+	"basalt/pkg/meta"
 )
 
 func sampleSummary() *summary {
@@ -130,9 +131,11 @@ func writeRecordPayload(vol uint32, lba uint64, blocks ...uint64) []byte {
 	for i, tag := range blocks {
 		makeBlock(data[i*BlockSize:], tag)
 	}
-	hdr := make([]byte, recordHeaderLen+4*len(blocks))
-	encodeRecordHeader(hdr, recordWrite, 1, lba, len(blocks), data)
-	binary.LittleEndian.PutUint32(hdr, vol)
+	hdr := make([]byte, recordHeaderLen)
+	encodeRecordHeader(hdr, meta.VolumeID(vol), lba, len(blocks))
+	for i := range blocks {
+		hdr = binary.LittleEndian.AppendUint32(hdr, blockSum(data[i*BlockSize:(i+1)*BlockSize]))
+	}
 	return append(hdr, data...)
 }
 
@@ -146,7 +149,7 @@ func TestRecordRoundTripAndMalformed(t *testing.T) {
 		t.Fatal("block checksum does not match")
 	}
 	var unmap [recordHeaderLen]byte
-	encodeRecordHeader(unmap[:], recordUnmap, 3, 1<<40, 1000, nil)
+	encodeRecordHeader(unmap[:], 3, 1<<40, 1000)
 	if r, err := decodeRecord(recordUnmap, unmap[:]); err != nil || r.count != 1000 || r.lba != 1<<40 {
 		t.Fatalf("unmap: %+v %v", r, err)
 	}
@@ -178,7 +181,7 @@ func TestRecordRoundTripAndMalformed(t *testing.T) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(uint8(recordWrite), writeRecordPayload(1, 9, 5, 6))
 	var unmap [recordHeaderLen]byte
-	encodeRecordHeader(unmap[:], recordUnmap, 3, 7, 10, nil)
+	encodeRecordHeader(unmap[:], 3, 7, 10)
 	f.Add(uint8(recordUnmap), unmap[:])
 	f.Fuzz(func(t *testing.T, kind uint8, p []byte) {
 		r, err := decodeRecord(cache.Kind(kind), p)

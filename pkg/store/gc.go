@@ -96,6 +96,9 @@ func (w *writer) pickVictim() *segment {
 // freed.
 func (w *writer) freeEligible() (int, error) {
 	s := w.s
+	if err := w.rows.sync(); err != nil {
+		return 0, err
+	}
 	var rows []meta.SegmentInfo
 	s.segMu.Lock()
 	for _, g := range s.segs {

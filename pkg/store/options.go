@@ -85,11 +85,17 @@ type Options struct {
 
 	// BatchStripes bounds the stripes of host data written to a drive in
 	// one I/O (the cleaner's batches hold at most 4). Each of the host
-	// stream's two batches holds BatchStripes*ChunkSize bytes per drive: the
-	// destager fills one while the drives write the other. Default 16 (4 MiB
+	// stream's BatchFlights+1 batches holds BatchStripes*ChunkSize bytes per
+	// drive: the destager fills one while the drives write the others.
+	// Default 16 (4 MiB
 	// per drive per I/O with the default chunk: large writes amortize the
 	// drive sync that ends every batch).
 	BatchStripes int
+	// BatchFlights bounds the host batches being written at once: the
+	// destager encodes and fills the next batches while the drives write
+	// earlier ones, so the drives are not idle while it works. Each costs
+	// one more set of batch buffers. Default 2.
+	BatchFlights int
 	// PartialStripeDelay: a stripe that is not full is padded and written
 	// once no new write has arrived for this long. Default 2s.
 	PartialStripeDelay time.Duration
@@ -156,6 +162,7 @@ func (o *Options) EnsureDefaults() {
 		o.SegmentStripes = DefaultSegmentStripes
 	}
 	setDefault(&o.BatchStripes, 16)
+	setDefault(&o.BatchFlights, 2)
 	setDefault(&o.GCReserveSegments, 2)
 	setDefault(&o.CheckpointStripes, 4096)
 	if o.PartialStripeDelay == 0 {
@@ -208,6 +215,9 @@ func (o *Options) Validate() error {
 	}
 	if o.SegmentStripes < 1 || o.SegmentStripes > 1<<16 {
 		add("SegmentStripes %d outside [1, 65536]", o.SegmentStripes)
+	}
+	if o.BatchFlights < 1 {
+		add("BatchFlights %d < 1", o.BatchFlights)
 	}
 	if o.BatchStripes < 1 {
 		add("BatchStripes %d < 1", o.BatchStripes)

@@ -37,29 +37,60 @@ type trimRange struct {
 // before the map; the destager consults it to skip versions already
 // overwritten.
 //
+// Blocks are spread over overlayShards shards of overlayRun consecutive
+// LBAs each, every shard with its own lock and map, so that host writes to
+// different places do not queue on one lock. Long trims are ranges under
+// their own lock. A multi-block write is entered shard by shard: a reader
+// may see part of a write that has not returned yet, as the NVMe host may
+// (the atomic write unit is one block).
+//
 // Invariant: a pending write is newer than every trim range that covers it
-// (inserting a range deletes the older writes it covers; inserting a write
-// checks the ranges).
+// (inserting a range publishes it, then deletes the older writes it covers
+// shard by shard; inserting a write checks the ranges under its shard's
+// lock, so whichever comes second sees the other).
 type overlay struct {
-	mu struct {
+	shards [overlayShards]overlayShard
+	trims  struct {
 		sync.RWMutex
-		refs  map[uint64]pendingRef
-		trims []trimRange
+		list []trimRange
 	}
-	size   atomic.Int64  // len(refs) + len(trims): 0 lets reads skip the lock
+	ranges atomic.Int64  // len(trims.list), readable without its lock
+	size   atomic.Int64  // pending blocks + ranges: 0 lets reads skip the locks
 	lmap   *lbaMap       // the volume's map, to tell fresh writes
 	writes *atomic.Int64 // the store's count of pending block writes
 	fresh  *atomic.Int64 // the store's count of fresh pending block writes
 }
 
+const (
+	overlayShards = 64
+	overlayRun    = 64 // consecutive LBAs per shard run
+)
+
+// overlayShard holds the pending versions of its LBAs.
+type overlayShard struct {
+	sync.RWMutex
+	refs map[uint64]pendingRef
+	_    [40]byte // keep neighbouring shards' locks off one cache line
+}
+
 func newOverlay(lmap *lbaMap, writes, fresh *atomic.Int64) *overlay {
 	o := &overlay{lmap: lmap, writes: writes, fresh: fresh}
-	o.mu.refs = make(map[uint64]pendingRef)
+	for i := range o.shards {
+		o.shards[i].refs = make(map[uint64]pendingRef)
+	}
 	return o
 }
 
+func (o *overlay) shard(lba uint64) *overlayShard {
+	return &o.shards[(lba/overlayRun)%overlayShards]
+}
+
+// runEnd returns the end of the shard run holding lba, capped at end.
+func runEnd(lba, end uint64) uint64 { return min(end, (lba/overlayRun+1)*overlayRun) }
+
 // count adds d to the counters for ref, a pending write or not.
 func (o *overlay) count(ref pendingRef, d int64) {
+	o.size.Add(d)
 	if ref.index == zeroIndex {
 		return
 	}
@@ -69,9 +100,15 @@ func (o *overlay) count(ref pendingRef, d int64) {
 	}
 }
 
-// coveredLocked reports whether a trim range newer than seq covers lba.
-func (o *overlay) coveredLocked(lba uint64, seq cache.Seq) bool {
-	for _, t := range o.mu.trims {
+// covered reports whether a trim range newer than seq covers lba.
+func (o *overlay) covered(lba uint64, seq cache.Seq) bool {
+	o.trims.RLock()
+	defer o.trims.RUnlock()
+	return coveredBy(o.trims.list, lba, seq)
+}
+
+func coveredBy(list []trimRange, lba uint64, seq cache.Seq) bool {
+	for _, t := range list {
 		if t.seq > seq && lba >= t.lba && lba-t.lba < t.count {
 			return true
 		}
@@ -79,13 +116,15 @@ func (o *overlay) coveredLocked(lba uint64, seq cache.Seq) bool {
 	return false
 }
 
-// setLocked records ref for lba unless a newer version is pending.
-func (o *overlay) setLocked(lba uint64, ref pendingRef) {
-	old, ok := o.mu.refs[lba]
+// setLocked records ref for lba, in sh, unless a newer version is pending.
+func (o *overlay) setLocked(sh *overlayShard, lba uint64, ref pendingRef) {
+	old, ok := sh.refs[lba]
 	if ok && old.seq > ref.seq {
 		return
 	}
-	if o.coveredLocked(lba, ref.seq) {
+	// Under the shard lock: a range published before this load is checked;
+	// one published after it drops this version itself (addTrim).
+	if o.ranges.Load() > 0 && o.covered(lba, ref.seq) {
 		return
 	}
 	if ref.index != zeroIndex {
@@ -99,54 +138,82 @@ func (o *overlay) setLocked(lba uint64, ref pendingRef) {
 		o.count(old, -1)
 	}
 	o.count(ref, 1)
-	o.mu.refs[lba] = ref
+	sh.refs[lba] = ref
 }
 
 // addWrite records a write record of n blocks at lba.
 func (o *overlay) addWrite(seq cache.Seq, lba uint64, n int) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i := range n {
-		o.setLocked(lba+uint64(i), pendingRef{seq: seq, index: uint32(i)})
+	o.addBlocks(seq, lba, uint64(n), 0)
+}
+
+// addBlocks enters pending versions of n blocks from lba, one shard run
+// at a time: block i gets index first+i (zeroIndex: a trimmed block).
+func (o *overlay) addBlocks(seq cache.Seq, lba, n uint64, first uint32) {
+	for l, end := lba, lba+n; l < end; {
+		stop := runEnd(l, end)
+		sh := o.shard(l)
+		sh.Lock()
+		for ; l < stop; l++ {
+			index := first
+			if first != zeroIndex {
+				index += uint32(l - lba)
+			}
+			o.setLocked(sh, l, pendingRef{seq: seq, index: index})
+		}
+		sh.Unlock()
 	}
-	o.size.Store(int64(len(o.mu.refs) + len(o.mu.trims)))
 }
 
 // addTrim records an unmap record of n blocks at lba.
 func (o *overlay) addTrim(seq cache.Seq, lba, n uint64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if n <= smallTrim {
-		for i := range n {
-			o.setLocked(lba+i, pendingRef{seq: seq, index: zeroIndex})
-		}
-	} else {
-		o.mu.trims = append(o.mu.trims, trimRange{seq: seq, lba: lba, count: n})
-		o.dropCoveredLocked(seq, lba, n)
-	}
-	o.size.Store(int64(len(o.mu.refs) + len(o.mu.trims)))
-}
-
-// dropCoveredLocked deletes pending versions older than seq in the range.
-func (o *overlay) dropCoveredLocked(seq cache.Seq, lba, n uint64) {
-	drop := func(l uint64, ref pendingRef) {
-		if ref.seq < seq {
-			o.count(ref, -1)
-			delete(o.mu.refs, l)
-		}
-	}
-	if uint64(len(o.mu.refs)) < n {
-		for l, ref := range o.mu.refs {
-			if l >= lba && l-lba < n {
-				drop(l, ref)
-			}
-		}
+		o.addBlocks(seq, lba, n, zeroIndex)
 		return
 	}
-	for l := lba; l < lba+n; l++ {
-		if ref, ok := o.mu.refs[l]; ok {
-			drop(l, ref)
+	o.trims.Lock()
+	o.trims.list = append(o.trims.list, trimRange{seq: seq, lba: lba, count: n})
+	o.ranges.Add(1)
+	o.size.Add(1)
+	o.trims.Unlock()
+	o.dropCovered(seq, lba, n)
+}
+
+// dropCovered deletes pending versions older than seq in the range.
+func (o *overlay) dropCovered(seq cache.Seq, lba, n uint64) {
+	o.forEachInRange(lba, n, func(sh *overlayShard, l uint64, ref pendingRef) {
+		if ref.seq < seq {
+			o.count(ref, -1)
+			delete(sh.refs, l)
 		}
+	})
+}
+
+// forEachInRange calls fn, under the shard's lock, for every pending block
+// in [lba, lba+n): walking each shard's map when it holds fewer entries
+// than the range has blocks, else the range's LBAs in that shard.
+func (o *overlay) forEachInRange(lba, n uint64, fn func(sh *overlayShard, l uint64, ref pendingRef)) {
+	end := lba + n
+	for i := range o.shards {
+		sh := &o.shards[i]
+		sh.Lock()
+		if uint64(len(sh.refs)) < n/overlayShards+1 {
+			for l, ref := range sh.refs {
+				if l >= lba && l < end {
+					fn(sh, l, ref)
+				}
+			}
+		} else {
+			run := lba / overlayRun
+			run += (uint64(i) + overlayShards - run%overlayShards) % overlayShards // first run of shard i
+			for ; run*overlayRun < end; run += overlayShards {
+				for l := max(lba, run*overlayRun); l < runEnd(run*overlayRun, end); l++ {
+					if ref, ok := sh.refs[l]; ok {
+						fn(sh, l, ref)
+					}
+				}
+			}
+		}
+		sh.Unlock()
 	}
 }
 
@@ -156,72 +223,83 @@ func (o *overlay) lookup(lba uint64) (pendingRef, bool) {
 	if o.size.Load() == 0 {
 		return pendingRef{}, false
 	}
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	if ref, ok := o.mu.refs[lba]; ok {
+	sh := o.shard(lba)
+	sh.RLock()
+	ref, ok := sh.refs[lba]
+	sh.RUnlock()
+	if ok {
 		return ref, true
 	}
-	for _, t := range o.mu.trims {
-		if lba >= t.lba && lba-t.lba < t.count {
-			return pendingRef{seq: t.seq, index: zeroIndex}, true
+	o.trims.RLock()
+	defer o.trims.RUnlock()
+	newest := pendingRef{index: zeroIndex}
+	for _, t := range o.trims.list {
+		if lba >= t.lba && lba-t.lba < t.count && t.seq > newest.seq {
+			newest.seq = t.seq
 		}
 	}
-	return pendingRef{}, false
+	return newest, newest.seq != 0
 }
 
 // current reports whether block index of write record seq is still the
 // newest version of lba.
 func (o *overlay) current(lba uint64, seq cache.Seq, index int) bool {
-	o.mu.RLock()
-	defer o.mu.RUnlock()
-	ref, ok := o.mu.refs[lba]
+	sh := o.shard(lba)
+	sh.RLock()
+	defer sh.RUnlock()
+	ref, ok := sh.refs[lba]
 	return ok && ref.seq == seq && ref.index == uint32(index)
 }
 
-// destagedAll forgets, under one lock, the versions that a run of summary
-// entries of this volume (made by records seqs) put in the map.
+// destagedAll forgets the versions that a run of summary entries of this
+// volume (made by records seqs) put in the map.
 func (o *overlay) destagedAll(entries []summaryEntry, seqs []cache.Seq) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	for i, e := range entries {
 		if e.kind != kindUnmap {
-			o.forgetLocked(e.lba, seqs[i])
+			sh := o.shard(e.lba)
+			sh.Lock()
+			o.forgetLocked(sh, e.lba, seqs[i])
+			sh.Unlock()
 			continue
 		}
-		n := uint64(e.sum)
-		o.mu.trims = slices.DeleteFunc(o.mu.trims, func(t trimRange) bool { return t.seq == seqs[i] })
-		if n <= uint64(len(o.mu.refs)) || n <= smallTrim {
-			for l := e.lba; l < e.lba+n; l++ {
-				o.forgetLocked(l, seqs[i])
-			}
-			continue
-		}
-		for l, ref := range o.mu.refs {
-			if ref.seq == seqs[i] && l >= e.lba && l-e.lba < n {
-				o.forgetLocked(l, seqs[i])
-			}
-		}
+		o.destagedTrim(e.lba, uint64(e.sum), seqs[i])
 	}
-	o.size.Store(int64(len(o.mu.refs) + len(o.mu.trims)))
 }
 
-func (o *overlay) forgetLocked(lba uint64, seq cache.Seq) {
-	if ref, ok := o.mu.refs[lba]; ok && ref.seq == seq {
+// destagedTrim forgets an unmap record's range and blocks.
+func (o *overlay) destagedTrim(lba, n uint64, seq cache.Seq) {
+	o.trims.Lock()
+	before := len(o.trims.list)
+	o.trims.list = slices.DeleteFunc(o.trims.list, func(t trimRange) bool { return t.seq == seq })
+	o.ranges.Add(int64(len(o.trims.list) - before))
+	o.size.Add(int64(len(o.trims.list) - before))
+	o.trims.Unlock()
+	o.forEachInRange(lba, n, func(sh *overlayShard, l uint64, _ pendingRef) { o.forgetLocked(sh, l, seq) })
+}
+
+func (o *overlay) forgetLocked(sh *overlayShard, lba uint64, seq cache.Seq) {
+	if ref, ok := sh.refs[lba]; ok && ref.seq == seq {
 		o.count(ref, -1)
-		delete(o.mu.refs, lba)
+		delete(sh.refs, lba)
 	}
 }
 
 // clear drops everything (the volume was deleted).
 func (o *overlay) clear() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, ref := range o.mu.refs {
-		o.count(ref, -1)
+	for i := range o.shards {
+		sh := &o.shards[i]
+		sh.Lock()
+		for _, ref := range sh.refs {
+			o.count(ref, -1)
+		}
+		clear(sh.refs)
+		sh.Unlock()
 	}
-	clear(o.mu.refs)
-	o.mu.trims = nil
-	o.size.Store(0)
+	o.trims.Lock()
+	o.size.Add(-int64(len(o.trims.list)))
+	o.ranges.Store(0)
+	o.trims.list = nil
+	o.trims.Unlock()
 }
 
 // publisher tracks which acknowledged write-buffer records have been

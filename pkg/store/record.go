@@ -20,6 +20,10 @@ const (
 	maxUnmapBlocks = 1 << 30
 )
 
+// A write record's blocks are the write buffer's AppendBlocks blocks.
+var _ [BlockSize - cache.BlockSize]struct{}
+var _ [cache.BlockSize - BlockSize]struct{}
+
 // ErrBadRecord wraps every reason a write-buffer record does not decode.
 var ErrBadRecord = errors.New("store: bad write-buffer record")
 
@@ -43,19 +47,14 @@ func (r *record) block(i int) []byte { return r.data[i*BlockSize : (i+1)*BlockSi
 // writeRecordSize is the payload size of a write of n blocks.
 func writeRecordSize(n int) int { return recordHeaderLen + n*(4+BlockSize) }
 
-// encodeRecordHeader fills a record header and, for a write, the checksums
-// of data's blocks, into hdr, which must hold recordHeaderLen+4*n bytes for
-// a write of n blocks (recordHeaderLen for an unmap).
-func encodeRecordHeader(hdr []byte, kind cache.Kind, vol meta.VolumeID, lba uint64, n int, data []byte) {
+// encodeRecordHeader fills a record header (recordHeaderLen bytes). A
+// write's checksum table follows it in the payload: the write buffer's
+// AppendBlocks computes it from its copy of the blocks.
+func encodeRecordHeader(hdr []byte, vol meta.VolumeID, lba uint64, n int) {
 	le := binary.LittleEndian
 	le.PutUint32(hdr[0:], uint32(vol))
 	le.PutUint32(hdr[4:], uint32(n))
 	le.PutUint64(hdr[8:], lba)
-	if kind == recordWrite {
-		for i := range n {
-			le.PutUint32(hdr[recordHeaderLen+4*i:], blockSum(data[i*BlockSize:(i+1)*BlockSize]))
-		}
-	}
 }
 
 // decodeRecord parses a payload of the given kind. It checks the kind, the

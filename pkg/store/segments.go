@@ -62,6 +62,8 @@ type segment struct {
 	// the segment still counts them live meanwhile, but must not be chosen
 	// again.
 	cleaning bool
+	// openTicket is the segRows ticket of the row that opened the segment.
+	openTicket uint64
 }
 
 func (g *segment) getState() meta.SegmentState { return meta.SegmentState(g.state.Load()) }

@@ -79,8 +79,8 @@ func (b *batch) slot(rel, q, chunkSize int) []byte {
 }
 
 // stream is an append point: the segment new stripes go to, the batch
-// being filled, and the batch being written (host stream only: the writer
-// fills the next batch while the drives write the previous one).
+// being filled, and the batches being written (host stream only: the
+// writer fills the next batch while the drives write earlier ones).
 type stream struct {
 	s    *Store
 	kind uint8
@@ -88,9 +88,10 @@ type stream struct {
 	geom *segGeom
 	next int // next stripe of seg not yet given to a batch
 
-	fill   *batch
-	idle   *batch  // the other buffer set, unless in flight
-	flight *flight // the batch being written, or nil
+	fill       *batch
+	spare      []*batch  // buffer sets neither filling nor in flight
+	flights    []*flight // batches being written, oldest first
+	maxFlights int
 }
 
 // gcBatchStripes bounds the cleaner's batches: they are written at once, so
@@ -98,12 +99,16 @@ type stream struct {
 const gcBatchStripes = 4
 
 func newStream(s *Store, kind uint8) *stream {
-	stripes := s.opts.BatchStripes
+	stripes, flights := s.opts.BatchStripes, s.opts.BatchFlights
 	if kind == streamGC {
-		stripes = min(stripes, gcBatchStripes)
+		stripes, flights = min(stripes, gcBatchStripes), 1
 	}
 	stripes = min(stripes, s.lay.segStripes)
-	return &stream{s: s, kind: kind, fill: newBatch(s, stripes), idle: newBatch(s, stripes)}
+	st := &stream{s: s, kind: kind, fill: newBatch(s, stripes), maxFlights: flights}
+	for range flights {
+		st.spare = append(st.spare, newBatch(s, stripes))
+	}
+	return st
 }
 
 func (st *stream) batchFull() bool    { return st.fill.full() }
@@ -111,7 +116,15 @@ func (st *stream) closedStripes() int { return st.fill.closedStripes() }
 func (st *stream) empty() bool        { return st.fill.empty() }
 
 // settled reports whether nothing is buffered or in flight.
-func (st *stream) settled() bool { return st.fill.empty() && st.flight == nil }
+func (st *stream) settled() bool { return st.fill.empty() && len(st.flights) == 0 }
+
+// oldest returns the batch in flight longest, or nil.
+func (st *stream) oldest() *flight {
+	if len(st.flights) == 0 {
+		return nil
+	}
+	return st.flights[0]
+}
 
 // room makes sure the batch's current stripe can take an entry (with a
 // data slot if data), opening a segment or a new stripe as needed. It
@@ -206,10 +219,11 @@ func (w *writer) open(st *stream) error {
 	g.geom.Store(geom)
 	g.written.Store(0)
 	g.state.Store(uint32(meta.SegmentOpen))
-	row := g.info()
-	if err := w.s.meta.Update(func(tx *meta.Tx) error { return tx.PutSegment(row) }); err != nil {
+	ticket, err := w.rows.add(g.info())
+	if err != nil {
 		return fmt.Errorf("store: while opening %v: %w", id, err)
 	}
+	g.openTicket = ticket
 	w.free = w.free[1:]
 	w.s.counters.freeSegments.Store(int64(len(w.free)))
 	st.seg, st.geom, st.next = g, geom, 0
@@ -217,15 +231,14 @@ func (w *writer) open(st *stream) error {
 }
 
 // seal closes segment g: no more stripes go to it. Every stripe given to a
-// batch must have been written.
+// batch must have been written. Its row is not waited for (segRows).
 func (w *writer) seal(g *segment) error {
 	g.sealSeq = g.lastSeq
 	if g.lastSeq == 0 {
 		g.sealSeq = g.allocSeq - 1
 	}
 	g.state.Store(uint32(meta.SegmentSealed))
-	row := g.info()
-	if err := w.s.meta.Update(func(tx *meta.Tx) error { return tx.PutSegment(row) }); err != nil {
+	if _, err := w.rows.add(g.info()); err != nil {
 		return fmt.Errorf("store: while sealing %v: %w", g.id, err)
 	}
 	return nil

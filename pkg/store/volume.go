@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"basalt/cache"
@@ -224,8 +223,6 @@ func (h *Volume) check(off, n int64) (uint64, int, error) {
 	return uint64(off / BlockSize), int(n / BlockSize), nil
 }
 
-var headerPool = sync.Pool{New: func() any { b := make([]byte, 0, recordHeaderLen+4*256); return &b }}
-
 // WriteAt appends p to the write buffer, in records of at most
 // maxRecordBlocks blocks, and returns once they are persisted. It fails
 // with backend.ErrNoSpace when the store has no room for more data, and
@@ -239,14 +236,11 @@ func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend
 	if err := s.admit(h.v, lba, n); err != nil {
 		return err
 	}
-	hp := headerPool.Get().(*[]byte)
-	defer headerPool.Put(hp)
+	var hdr [recordHeaderLen]byte
 	for n > 0 {
 		chunk := min(n, s.maxRecordBlocks())
-		hdr := (*hp)[:recordHeaderLen+4*chunk]
-		data := p[:chunk*BlockSize]
-		encodeRecordHeader(hdr, recordWrite, h.v.info.ID, lba, chunk, data)
-		seq, err := s.buf.Append(ctx, recordWrite, hdr, data)
+		encodeRecordHeader(hdr[:], h.v.info.ID, lba, chunk)
+		seq, err := s.buf.AppendBlocks(ctx, recordWrite, hdr[:], p[:chunk*BlockSize])
 		if err != nil {
 			return s.writeError(ctx, err)
 		}
@@ -285,7 +279,7 @@ func (h *Volume) Trim(ctx context.Context, off, n int64) error {
 	var hdr [recordHeaderLen]byte
 	for remaining := uint64(count); remaining > 0; {
 		chunk := min(remaining, maxUnmapBlocks)
-		encodeRecordHeader(hdr[:], recordUnmap, h.v.info.ID, lba, int(chunk), nil)
+		encodeRecordHeader(hdr[:], h.v.info.ID, lba, int(chunk))
 		seq, err := s.buf.Append(ctx, recordUnmap, hdr[:])
 		if err != nil {
 			return s.writeError(ctx, err)

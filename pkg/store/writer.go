@@ -85,7 +85,6 @@ type writer struct {
 	packIndex    int       // blocks of record nextPack already looked at
 	lastComplete cache.Seq // every record <= this is in a stripe or overwritten
 	released     cache.Seq // every record <= this is released
-	scratch      []byte
 
 	// Stripe sequence. Invariant: applied <= durable < nextSeq, and between
 	// batches applied == durable == nextSeq-1.
@@ -107,6 +106,7 @@ type writer struct {
 	rateBase   uint64
 	failed     error
 	chunkBufs  [][]byte // the cleaner's chunk buffers
+	rows       segRows  // segment rows on their way to the metadata
 	ckptBuf    []byte
 
 	stop chan struct{}
@@ -120,6 +120,7 @@ func newWriter(s *Store) *writer {
 		w = &writer{s: s}
 	}
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
+	w.rows.db, w.rows.synchronous = s.meta, s.opts.synchronous
 	w.host, w.gc = newStream(s, streamHost), newStream(s, streamGC)
 	w.ckptAt, w.lastInput, w.rateAt = s.clock.Now(), s.clock.Now(), s.clock.Now()
 	w.driveEpoch = s.driveEpoch.Load()
@@ -189,11 +190,14 @@ func (w *writer) work() {
 // step does one round of work. pad forces partial stripes out.
 func (w *writer) step(pad bool) (bool, error) {
 	progress := false
-	if fl := w.host.flight; fl != nil && isDone(fl.done) {
+	for fl := w.host.oldest(); fl != nil && isDone(fl.done); fl = w.host.oldest() {
 		if err := w.complete(w.host); err != nil {
 			return false, err
 		}
 		progress = true
+	}
+	if err := w.rows.poll(); err != nil {
+		return false, err
 	}
 	if epoch := w.s.driveEpoch.Load(); epoch != w.driveEpoch {
 		w.driveEpoch = epoch
@@ -231,7 +235,7 @@ func (w *writer) step(pad bool) (bool, error) {
 // buffer records that need no stripe.
 func (w *writer) destage(pad bool) (bool, error) {
 	st := w.host
-	caughtUp := w.nextPack > w.s.pub.published() && st.flight == nil
+	caughtUp := w.nextPack > w.s.pub.published() && len(st.flights) == 0
 	wrote := false
 	if st.batchFull() || (caughtUp && st.closedStripes() > 0) || (pad && !st.empty()) {
 		if err := w.flushStream(st, pad); err != nil {
@@ -363,6 +367,9 @@ func (w *writer) finish() error {
 	}
 	if err == nil {
 		err = w.completeAll()
+	}
+	if err == nil {
+		err = w.rows.sync()
 	}
 	if err == nil && !w.s.opts.noCloseCheckpoint {
 		err = w.checkpoint()
