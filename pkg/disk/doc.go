@@ -71,7 +71,24 @@
 // work calls io_uring_enter for everything queued. A reaper goroutine waits
 // on an eventfd registered with the ring (in Go's netpoller, holding no OS
 // thread), reaps the CQEs and wakes each slot's goroutine. The slot keeps
-// a reference to the buffer until its CQE is reaped.
+// a reference to the buffer until its CQE is reaped. Close wakes the
+// reaper itself (an eventfd write, or a channel when the reaper waits in
+// io_uring_enter, which it does only while the kernel owes it a CQE), so
+// closing needs no submission and cannot hang on a ring that stopped
+// taking them.
+//
+// A kernel or ring error never crashes the node: io_uring_enter failing
+// with anything but EINTR, EAGAIN or EBUSY, or the eventfd failing, breaks
+// the drive's queue (ErrEngineFailed), and ReadAt and WriteAt fail from
+// then on with ErrIO wrapping ErrDriveFailed, so the store marks the drive
+// failed. If submitting failed, the SQEs the kernel did not consume are
+// taken back (the SQ tail rewound to the kernel's head) and their requests
+// fail with the errno, while those it consumed complete with their real
+// results. If waiting for completions failed, the ring can no longer say
+// when the kernel is done with a buffer: the requests still waiting fail,
+// and their buffers are kept referenced for the life of the process so the
+// memory is never reused by the runtime; their callers must drop them, as
+// the kernel may still write into them.
 //
 // # io_uring shared memory (the kernel ABI this package relies on)
 //
@@ -101,7 +118,7 @@
 // set to the identity once. CQEs start at cq_off.cqes.
 //
 //	SQE (64 bytes)   offset  size  field
-//	                      0     1  opcode: 0 NOP, 22 READ, 23 WRITE
+//	                      0     1  opcode: 22 READ, 23 WRITE
 //	                      1     1  flags (0)
 //	                      2     2  ioprio (0)
 //	                      4     4  fd (int32)
@@ -109,7 +126,7 @@
 //	                     16     8  buffer address (u64)
 //	                     24     4  length in bytes (u32)
 //	                     28     4  rw_flags (0)
-//	                     32     8  user_data: slot index, or ^0 for Close's NOP
+//	                     32     8  user_data: slot index
 //	                     40    24  buf_index, personality, file_index, addr3,
 //	                               pad (0)
 //

@@ -116,13 +116,20 @@ func (d *FileDrive) Engine() IOEngine {
 }
 
 // uringIO reads (op uringOpRead) or writes all of p at off through the
-// ring, looping on short transfers as os.File does.
+// ring, looping on short transfers as os.File does. Once the ring has
+// failed (ErrEngineFailed) it returns an error wrapping ErrDriveFailed as
+// well, which ioError wraps as ErrIO. A read that fails so may leave p
+// still being written by the kernel (see uringQueue): drop p.
 func (d *FileDrive) uringIO(op uint8, p []byte, off int64) (int, error) {
 	done := 0
 	for done < len(p) {
 		chunk := p[done:min(len(p), done+uringMaxLen)]
 		res, err := d.ring.do(op, d.fd, chunk, off+int64(done))
 		switch {
+		case errors.Is(err, ErrEngineFailed):
+			// The ring is gone for good: so are this drive's reads and
+			// writes, and its owner should stop using it.
+			return done, fmt.Errorf("%w: %w", ErrDriveFailed, err)
 		case err != nil:
 			return done, err
 		case res > 0:

@@ -1,6 +1,7 @@
 package disk
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -21,7 +22,6 @@ const (
 	uringOffSQRing = 0          // IORING_OFF_SQ_RING: mmap offset of the SQ ring (and CQ ring)
 	uringOffSQEs   = 0x10000000 // IORING_OFF_SQES: mmap offset of the SQE array
 
-	uringOpNop   = 0  // IORING_OP_NOP
 	uringOpRead  = 22 // IORING_OP_READ (Linux 5.6)
 	uringOpWrite = 23 // IORING_OP_WRITE (Linux 5.6)
 
@@ -55,8 +55,8 @@ type uringParams struct {
 	cqOff                                                                  uringCQOffsets
 }
 
-// uringSQE is struct io_uring_sqe (64 bytes), the fields a read, a write
-// and a NOP use.
+// uringSQE is struct io_uring_sqe (64 bytes), the fields a read and a
+// write use.
 type uringSQE struct {
 	opcode      uint8
 	flags       uint8
@@ -114,19 +114,44 @@ type uring struct {
 	// side writes it, so it need not be read back from shared memory.
 	localTail uint32
 	eventfd   *os.File // signalled on every completion batch; nil without
+
+	// enterFn is io_uring_enter: uringEnterSyscall, or a fault injector in
+	// tests. Set before the ring is shared and never changed.
+	enterFn uringEnterFunc
+}
+
+// uringEnterFunc is the io_uring_enter system call on ring descriptor fd:
+// it returns the syscall's result and its errno (0 on success).
+type uringEnterFunc func(fd int, toSubmit, minComplete, flags uint32) (int, syscall.Errno)
+
+// uringEnterSyscall is the real io_uring_enter. Without
+// IORING_ENTER_GETEVENTS it is a raw system call: submitting does not block
+// (the kernel punts a request that would to its workers), so the goroutine
+// keeps its P and the scheduler is not involved. Waiting for completions
+// blocks, so that goes through the scheduler.
+func uringEnterSyscall(fd int, toSubmit, minComplete, flags uint32) (int, syscall.Errno) {
+	if flags&uringEnterGetEvents == 0 {
+		n, _, errno := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
+			uintptr(minComplete), uintptr(flags), 0, 0)
+		return int(n), errno
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(fd), uintptr(toSubmit),
+		uintptr(minComplete), uintptr(flags), 0, 0)
+	return int(n), errno
 }
 
 // newURing sets up a ring of at least entries submission slots (a power of
 // two) and maps it. With eventfd it also registers an eventfd that the
 // kernel signals when it posts completions, so a goroutine can wait for
-// them in Go's netpoller instead of in a blocking io_uring_enter.
-func newURing(entries uint32, eventfd bool) (*uring, error) {
+// them in Go's netpoller instead of in a blocking io_uring_enter. enter is
+// the ring's io_uring_enter (uringEnterSyscall outside tests).
+func newURing(entries uint32, eventfd bool, enter uringEnterFunc) (*uring, error) {
 	var p uringParams
 	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
 	if errno != 0 {
 		return nil, fmt.Errorf("%w: io_uring_setup: %w", ErrURingUnavailable, errno)
 	}
-	r := &uring{fd: int(fd)}
+	r := &uring{fd: int(fd), enterFn: enter}
 	if p.features&uringFeatSingleMmap == 0 || p.features&uringFeatRWCurPos == 0 {
 		r.close()
 		return nil, fmt.Errorf("%w: kernel features %#x lack SINGLE_MMAP or RW_CUR_POS (Linux < 5.6)",
@@ -198,8 +223,18 @@ func (r *uring) registerEventfd() error {
 	return nil
 }
 
+// signalEventfd adds one to the eventfd's counter, waking a goroutine
+// parked reading it, as a completion would. Errors are ignored: an eventfd
+// that cannot be written cannot be read either, and its reader then fails.
+func (r *uring) signalEventfd() {
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	_, _ = r.eventfd.Write(one[:])
+}
+
 // close unmaps the ring and closes its descriptors. No request may be in
-// flight: the kernel would go on writing into buffers it was given.
+// flight whose buffer can be reused: the kernel would go on writing into
+// buffers it was given (uringQueue keeps those of abandoned requests).
 func (r *uring) close() {
 	if r.eventfd != nil {
 		_ = r.eventfd.Close()
@@ -233,30 +268,37 @@ func (r *uring) queue(opcode uint8, fd int32, addr unsafe.Pointer, n uint32, off
 // unsubmitted returns how many published SQEs the kernel has not consumed.
 func (r *uring) unsubmitted() uint32 { return r.localTail - r.sqHead.Load() }
 
-// enter calls io_uring_enter, retrying on EINTR (Go's preemption signals
-// interrupt a waiting enter often).
-func (r *uring) enter(toSubmit, minComplete, flags uint32) (int, error) {
+// rewind takes back the published SQEs that the kernel has not consumed:
+// it calls f with the user_data of each, oldest first, and moves the SQ
+// tail back to the kernel's head, so no later io_uring_enter submits them.
+// No io_uring_enter may be submitting meanwhile (one that only waits for
+// completions reads no SQE).
+func (r *uring) rewind(f func(userData uint64)) {
+	head := r.sqHead.Load()
+	for i := head; i != r.localTail; i++ {
+		f(r.sqes[i&r.sqMask].userData)
+	}
+	r.localTail = head
+	r.sqTail.Store(head)
+}
+
+// submit calls io_uring_enter to submit n SQEs without waiting, retrying
+// on EINTR. It returns the errno, 0 on success; the SQ head says how many
+// SQEs the kernel consumed.
+func (r *uring) submit(n uint32) syscall.Errno {
 	for {
-		n, _, errno := unix.Syscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(toSubmit),
-			uintptr(minComplete), uintptr(flags), 0, 0)
-		switch errno {
-		case 0:
-			return int(n), nil
-		case syscall.EINTR:
-			continue
+		if _, errno := r.enterFn(r.fd, n, 0, 0); errno != syscall.EINTR {
+			return errno
 		}
-		return 0, errno
 	}
 }
 
-// submit calls io_uring_enter to submit n SQEs without waiting, as a raw
-// system call: it does not block (the kernel punts a request that would
-// to its workers), so the goroutine keeps its P and the scheduler is not
-// involved. It returns the errno, 0 on success.
-func (r *uring) submit(n uint32) syscall.Errno {
+// wait calls io_uring_enter to wait until at least one completion is
+// posted, retrying on EINTR (Go's preemption signals interrupt a waiting
+// enter often). It returns the errno, 0 on success.
+func (r *uring) wait() syscall.Errno {
 	for {
-		_, _, errno := unix.RawSyscall6(unix.SYS_IO_URING_ENTER, uintptr(r.fd), uintptr(n), 0, 0, 0, 0)
-		if errno != syscall.EINTR {
+		if _, errno := r.enterFn(r.fd, 0, 1, uringEnterGetEvents); errno != syscall.EINTR {
 			return errno
 		}
 	}

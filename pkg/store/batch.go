@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"basalt/cache"
@@ -49,10 +50,8 @@ func (w *writer) flushStream(st *stream, pad bool) error {
 		return nil
 	}
 	fl := &flight{b: b, n: n, sums: make([]summary, n), done: make(chan struct{})}
-	for rel := range n {
-		if err := w.encodeStripe(b, rel, &fl.sums[rel]); err != nil {
-			return err
-		}
+	if err := w.encodeStripes(b, fl.sums); err != nil {
+		return err
 	}
 	st.fill, st.spare = st.spare[len(st.spare)-1], st.spare[:len(st.spare)-1]
 	w.carry(b, st.fill, n)
@@ -204,16 +203,35 @@ func (w *writer) afterBatch(st *stream, fl *flight) error {
 	return nil
 }
 
-// encodeStripe assigns stripe rel its sequence, computes its parity and the
-// parity checksums, and writes its summary into every chunk. An error is a
-// bug (the codec refusing a stripe of its own geometry).
+// encodeStripes assigns the batch's first len(sums) stripes their
+// sequences, in order, then encodes them (encodeStripe), spread over the
+// CPUs: a stripe's parity and summary depend on nothing but the stripe.
+func (w *writer) encodeStripes(b *batch, sums []summary) error {
+	for rel := range sums {
+		sums[rel].seq = w.nextSeq
+		w.nextSeq++
+	}
+	b.seg.lastSeq = sums[len(sums)-1].seq
+	workers := min(len(sums), runtime.GOMAXPROCS(0))
+	errs := make([]error, workers)
+	w.s.parallel(workers, func(k int) {
+		for rel := k; rel < len(sums) && errs[k] == nil; rel += workers {
+			errs[k] = w.encodeStripe(b, rel, &sums[rel])
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// encodeStripe fills stripe rel's summary (its sequence already set),
+// computes its parity and the parity checksums, and writes the summary into
+// every chunk. An error is a bug (the codec refusing a stripe of its own
+// geometry). It touches nothing but the stripe and sum, so stripes of a
+// batch are encoded in parallel.
 func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
 	sb := b.stripes[rel]
 	sh := b.geom.shape
 	size := w.s.lay.chunkSize
-	seq := w.nextSeq
-	w.nextSeq++
-	*sum = summary{blocks: sh.summaryBlocks, seq: seq, durable: w.durable, bufferSeq: sb.bufferSeq,
+	*sum = summary{blocks: sh.summaryBlocks, seq: sum.seq, durable: w.durable, bufferSeq: sb.bufferSeq,
 		segment: b.seg.id, gen: b.geom.gen, stripe: uint32(b.first + rel), data: sh.data,
 		parity: sh.parity, stream: b.seg.stream, entries: sb.entries}
 	// Batch buffers are reused without clearing (clearing whole columns
@@ -242,7 +260,6 @@ func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
 	for c := 1; c < sh.width(); c++ {
 		copy(b.chunk(rel, c, size)[:head], first)
 	}
-	b.seg.lastSeq = seq
 	return nil
 }
 
