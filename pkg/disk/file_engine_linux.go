@@ -115,6 +115,20 @@ func (d *FileDrive) Engine() IOEngine {
 	return EnginePread
 }
 
+// engineFailure returns, once the drive's io_uring queue has failed, an
+// error wrapping ErrDriveFailed and the cause; nil otherwise. Sync and
+// Discard, which do not go through the ring, answer with it too: a drive
+// whose reads and writes fail must not report its syncs durable.
+func (d *FileDrive) engineFailure() error {
+	if d.ring == nil {
+		return nil
+	}
+	if err := d.ring.failure(); err != nil {
+		return fmt.Errorf("%w: %w", ErrDriveFailed, err)
+	}
+	return nil
+}
+
 // uringIO reads (op uringOpRead) or writes all of p at off through the
 // ring, looping on short transfers as os.File does. Once the ring has
 // failed (ErrEngineFailed) it returns an error wrapping ErrDriveFailed as

@@ -224,6 +224,9 @@ func (d *FileDrive) Sync() error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
+	if err := d.engineFailure(); err != nil {
+		return d.ioError("sync", 0, 0, err)
+	}
 	var syncErr error
 	err := d.control(func(fd int) { syncErr = unix.Fdatasync(fd) })
 	return d.ioError("sync", 0, 0, errors.Join(err, syncErr))
@@ -238,6 +241,9 @@ func (d *FileDrive) Discard(off, n int64) error {
 	}
 	if err := checkRange("discard", off, n, d.size); err != nil || n == 0 {
 		return err
+	}
+	if err := d.engineFailure(); err != nil {
+		return d.ioError("discard", off, n, err)
 	}
 	if d.device {
 		return d.discardDevice(off, n)

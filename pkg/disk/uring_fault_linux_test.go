@@ -333,6 +333,12 @@ func TestFileDriveEngineFailure(t *testing.T) {
 	if _, err := d.ReadAt(AlignedBuffer(BlockSize), 0); !errors.Is(err, ErrDriveFailed) || !errors.Is(err, ErrIO) {
 		t.Errorf("ReadAt after the failure = %v; want ErrDriveFailed", err)
 	}
+	if err := d.Sync(); !errors.Is(err, ErrDriveFailed) || !errors.Is(err, ErrIO) {
+		t.Errorf("Sync after the failure = %v; want ErrDriveFailed: a failed drive's sync is not durable", err)
+	}
+	if err := d.Discard(0, BlockSize); !errors.Is(err, ErrDriveFailed) {
+		t.Errorf("Discard after the failure = %v; want ErrDriveFailed", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- d.Close() }()
 	select {

@@ -172,6 +172,17 @@ func (q *uringQueue) do(op uint8, fd int32, p []byte, off int64) (int32, error) 
 	return res, err
 }
 
+// failure returns the error that broke the queue (wrapping ErrEngineFailed),
+// or nil while it works.
+func (q *uringQueue) failure() error {
+	select {
+	case <-q.failed:
+		return q.err // set before failed was closed, never changed
+	default:
+		return nil
+	}
+}
+
 // refuseLocked returns why no request may be queued now, or nil.
 func (q *uringQueue) refuseLocked() error {
 	switch {
