@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"basalt/cache"
@@ -204,29 +203,25 @@ func (w *writer) afterBatch(st *stream, fl *flight) error {
 }
 
 // encodeStripes assigns the batch's first len(sums) stripes their
-// sequences, in order, then encodes them (encodeStripe), spread over the
-// CPUs: a stripe's parity and summary depend on nothing but the stripe.
+// sequences, in order, and encodes them (encodeStripe). Encoding them on
+// several goroutines was tried: with the host's goroutines on the same
+// CPUs, the writer waited longer for the slowest share than it saved.
 func (w *writer) encodeStripes(b *batch, sums []summary) error {
 	for rel := range sums {
 		sums[rel].seq = w.nextSeq
 		w.nextSeq++
+		if err := w.encodeStripe(b, rel, &sums[rel]); err != nil {
+			return err
+		}
 	}
 	b.seg.lastSeq = sums[len(sums)-1].seq
-	workers := min(len(sums), runtime.GOMAXPROCS(0))
-	errs := make([]error, workers)
-	w.s.parallel(workers, func(k int) {
-		for rel := k; rel < len(sums) && errs[k] == nil; rel += workers {
-			errs[k] = w.encodeStripe(b, rel, &sums[rel])
-		}
-	})
-	return errors.Join(errs...)
+	return nil
 }
 
 // encodeStripe fills stripe rel's summary (its sequence already set),
 // computes its parity and the parity checksums, and writes the summary into
 // every chunk. An error is a bug (the codec refusing a stripe of its own
-// geometry). It touches nothing but the stripe and sum, so stripes of a
-// batch are encoded in parallel.
+// geometry). It touches nothing but the stripe and sum.
 func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
 	sb := b.stripes[rel]
 	sh := b.geom.shape
