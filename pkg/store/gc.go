@@ -148,11 +148,16 @@ func (w *writer) relocate(g *segment, pad bool) error {
 	}
 	var sum summary
 	var lost error
-	for j := range int(g.written.Load()) {
+	written := int(g.written.Load())
+	defer w.gcRead.forget()
+	for j := range written {
 		if g.live.Load() == 0 {
 			break
 		}
-		if err := w.s.readSummary(g.id, geom, j, &sum); err != nil {
+		if !w.gcRead.loaded(g, geom, j) {
+			w.readStripes(g, geom, j, written)
+		}
+		if err := w.summaryOf(g, geom, j, &sum); err != nil {
 			g.broken, lost = true, err
 			continue
 		}
@@ -226,6 +231,10 @@ func (w *writer) readDataChunks(seg meta.SegmentID, geom *segGeom, j int, lives 
 	for _, lb := range lives {
 		c, _ := sh.locate(lb.q)
 		if chunks[c] != nil {
+			continue
+		}
+		if loaded := w.gcRead.chunk(sh.column(j, c), j, w.s.lay.chunkSize); loaded != nil {
+			chunks[c] = loaded
 			continue
 		}
 		if len(w.chunkBufs) <= c {

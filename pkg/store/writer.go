@@ -106,7 +106,8 @@ type writer struct {
 	rateBase   uint64
 	failed     error
 	chunkBufs  [][]byte // the cleaner's chunk buffers
-	rows       segRows  // segment rows on their way to the metadata
+	gcRead     readAhead
+	rows       segRows // segment rows on their way to the metadata
 	ckptBuf    []byte
 
 	stop chan struct{}
