@@ -11,6 +11,7 @@ import (
 
 // flight is a batch whose stripes are being written.
 type flight struct {
+	st   *stream
 	b    *batch
 	n    int       // stripes written
 	sums []summary // their summaries
@@ -19,20 +20,15 @@ type flight struct {
 }
 
 // flushStream encodes the closed stripes of the stream's batch (and with pad
-// its partial one too) and writes them: the host stream's batch in the
-// background, while the writer fills the next one; the cleaner's at once.
-// A partial stripe left behind moves to the next batch. Stripes are applied
-// in sequence order: batches complete oldest first, and before the cleaner
-// encodes a batch every host batch in flight is completed; a host batch
-// waits for the oldest in flight only when Options.BatchFlights are.
+// its partial one too) and writes them in the background, while the writer
+// fills the next batch. A partial stripe left behind moves to the next
+// batch. Stripes are applied in sequence order: sequences are assigned
+// here, and batches of both streams complete in the order they were
+// flushed (writer.flights); a stream with its limit of batches in flight
+// first completes batches, oldest first, until its own oldest is done.
 func (w *writer) flushStream(st *stream, pad bool) error {
-	if st.kind != streamHost {
-		if err := w.completeAll(); err != nil {
-			return err
-		}
-	}
 	for len(st.flights) >= st.maxFlights {
-		if err := w.complete(st); err != nil {
+		if err := w.complete(); err != nil {
 			return err
 		}
 	}
@@ -48,20 +44,18 @@ func (w *writer) flushStream(st *stream, pad bool) error {
 	if n == 0 {
 		return nil
 	}
-	fl := &flight{b: b, n: n, sums: make([]summary, n), done: make(chan struct{})}
+	fl := &flight{st: st, b: b, n: n, sums: make([]summary, n), done: make(chan struct{})}
 	if err := w.encodeStripes(b, fl.sums); err != nil {
 		return err
 	}
 	st.fill, st.spare = st.spare[len(st.spare)-1], st.spare[:len(st.spare)-1]
 	w.carry(b, st.fill, n)
 	st.flights = append(st.flights, fl)
-	if w.s.opts.synchronous || st.kind != streamHost {
+	w.flights = append(w.flights, fl)
+	if w.s.opts.synchronous {
 		w.writeFlight(fl)
 	} else {
 		go w.writeFlight(fl)
-	}
-	if st.kind != streamHost {
-		return w.complete(st)
 	}
 	return nil
 }
@@ -123,35 +117,44 @@ func (w *writer) writeFlight(fl *flight) {
 
 // completeAll completes the batches in flight, oldest first.
 func (w *writer) completeAll() error {
-	for _, st := range []*stream{w.host, w.gc} {
-		for len(st.flights) > 0 {
-			if err := w.complete(st); err != nil {
-				return err
-			}
+	for len(w.flights) > 0 {
+		if err := w.complete(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// flightDone returns the channel closed when the oldest host batch in
-// flight is written, or nil if none is.
+// oldest returns the batch in flight longest, of either stream, or nil.
+func (w *writer) oldest() *flight {
+	if len(w.flights) == 0 {
+		return nil
+	}
+	return w.flights[0]
+}
+
+// flightDone returns the channel closed when the oldest batch in flight is
+// written, or nil if none is.
 func (w *writer) flightDone() <-chan struct{} {
-	if fl := w.host.oldest(); fl != nil {
+	if fl := w.oldest(); fl != nil {
 		return fl.done
 	}
 	return nil
 }
 
-// complete waits for the stream's oldest batch in flight, and applies it:
-// the stripes are accepted if no stripe lost more chunks than it has parity
-// (a failed drive was marked so, and the stripes are read degraded).
-func (w *writer) complete(st *stream) error {
-	fl := st.oldest()
+// complete waits for the oldest batch in flight, of either stream, and
+// applies it: the stripes are accepted if no stripe lost more chunks than
+// it has parity (a failed drive was marked so, and the stripes are read
+// degraded).
+func (w *writer) complete() error {
+	fl := w.oldest()
 	if fl == nil {
 		return nil
 	}
 	<-fl.done
-	st.flights = append(st.flights[:0], st.flights[1:]...)
+	st := fl.st
+	w.flights = append(w.flights[:0], w.flights[1:]...)
+	st.flights = append(st.flights[:0], st.flights[1:]...) // fl was its stream's oldest too
 	b := fl.b
 	if fl.lost > b.geom.shape.parity {
 		st.spare = append(st.spare, b)
@@ -163,7 +166,7 @@ func (w *writer) complete(st *stream) error {
 	for rel := range fl.n {
 		w.applyBatched(st, b, rel, &fl.sums[rel])
 	}
-	if st.kind == streamGC && st.fill.empty() {
+	if st.kind == streamGC && st.settled() {
 		// Every relocation copied so far is applied: the victims are what
 		// the maps say they are again.
 		for _, g := range w.s.segs {

@@ -24,10 +24,10 @@
 // sync per drive. Then the stripes' entries are applied to the maps, the
 // overlay forgets those versions, and the write buffer releases the records
 // they complete. The writer fills and encodes the next batches while the
-// drives write earlier ones (at most Options.BatchFlights in flight);
-// batches complete oldest first, and the cleaner's stripes are encoded only
-// once every host batch in flight is applied, so stripes are applied in
-// sequence order. After a crash, replay stops at the first stripe that is
+// drives write earlier ones (at most Options.BatchFlights host batches in
+// flight, and two of the cleaner's); sequences are assigned as batches are
+// flushed, and batches of both streams complete in that order, so stripes
+// are applied in sequence order. After a crash, replay stops at the first stripe that is
 // not intact, whatever later batches reached the drives: their records are
 // still in the write buffer.
 //

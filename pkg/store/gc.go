@@ -39,11 +39,15 @@ func (w *writer) cleanNow(pad bool) (bool, error) {
 	}
 	victim := w.pickVictim()
 	if victim == nil {
-		if w.gc.empty() {
+		if w.gc.settled() {
 			return false, nil
 		}
-		// Every candidate waits for the cleaner's partial stripe.
-		return true, w.flushStream(w.gc, true /* pad */)
+		// Every candidate waits for the cleaner's stripes to be written
+		// and applied (the partial one padded).
+		if err := w.flushStream(w.gc, true /* pad */); err != nil {
+			return true, err
+		}
+		return true, w.completeAll()
 	}
 	err := w.relocate(victim, pad)
 	w.s.counters.gcRuns.Add(1)
@@ -286,5 +290,8 @@ func (w *writer) evacuate(id meta.SegmentID) error {
 	if g.getState() != meta.SegmentSealed || g.live.Load() == 0 {
 		return nil
 	}
-	return w.relocate(g, true /* pad */)
+	if err := w.relocate(g, true /* pad */); err != nil {
+		return err
+	}
+	return w.completeAll() // the segment is empty when the command returns
 }

@@ -94,14 +94,17 @@ type stream struct {
 	maxFlights int
 }
 
-// gcBatchStripes bounds the cleaner's batches: they are written at once, so
-// large ones would only cost memory.
-const gcBatchStripes = 4
+// gcBatchStripes bounds the cleaner's batches, gcBatchFlights how many are
+// written at once: the cleaner relocates from the next victim meanwhile.
+const (
+	gcBatchStripes = 4
+	gcBatchFlights = 2
+)
 
 func newStream(s *Store, kind uint8) *stream {
 	stripes, flights := s.opts.BatchStripes, s.opts.BatchFlights
 	if kind == streamGC {
-		stripes, flights = min(stripes, gcBatchStripes), 1
+		stripes, flights = min(stripes, gcBatchStripes), gcBatchFlights
 	}
 	stripes = min(stripes, s.lay.segStripes)
 	st := &stream{s: s, kind: kind, fill: newBatch(s, stripes), maxFlights: flights}
@@ -118,13 +121,6 @@ func (st *stream) empty() bool        { return st.fill.empty() }
 // settled reports whether nothing is buffered or in flight.
 func (st *stream) settled() bool { return st.fill.empty() && len(st.flights) == 0 }
 
-// oldest returns the batch in flight longest, or nil.
-func (st *stream) oldest() *flight {
-	if len(st.flights) == 0 {
-		return nil
-	}
-	return st.flights[0]
-}
 
 // room makes sure the batch's current stripe can take an entry (with a
 // data slot if data), opening a segment or a new stripe as needed. It

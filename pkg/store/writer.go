@@ -106,9 +106,12 @@ type writer struct {
 	rateBase   uint64
 	failed     error
 	chunkBufs  [][]byte // the cleaner's chunk buffers
-	gcRead     readAhead
-	rows       segRows // segment rows on their way to the metadata
-	ckptBuf    []byte
+	// flights are the batches being written, of both streams, in the
+	// order they were flushed (their stripes' sequence order).
+	flights []*flight
+	gcRead  readAhead
+	rows    segRows // segment rows on their way to the metadata
+	ckptBuf []byte
 
 	stop chan struct{}
 	done chan struct{}
@@ -144,7 +147,7 @@ func (w *writer) run() {
 			w.handle(c)
 		case <-w.s.kick:
 		case <-w.flightDone():
-			if err := w.complete(w.host); err != nil {
+			if err := w.complete(); err != nil {
 				w.setFailed(err)
 			}
 		case <-ticker.C():
@@ -191,8 +194,8 @@ func (w *writer) work() {
 // step does one round of work. pad forces partial stripes out.
 func (w *writer) step(pad bool) (bool, error) {
 	progress := false
-	for fl := w.host.oldest(); fl != nil && isDone(fl.done); fl = w.host.oldest() {
-		if err := w.complete(w.host); err != nil {
+	for fl := w.oldest(); fl != nil && isDone(fl.done); fl = w.oldest() {
+		if err := w.complete(); err != nil {
 			return false, err
 		}
 		progress = true
