@@ -289,7 +289,7 @@ func BenchmarkFioRandomWrite4K(b *testing.B) { fioRandom(b, "randwrite") }
 func BenchmarkFioRandomRead4K(b *testing.B) { fioRandom(b, "randread") }
 
 // BenchmarkOverwriteAtFill fills a volume to a share of the store's
-// capacity (4 drive files of 160 MiB, 3+1 stripes of 64 KiB chunks, 3 MiB
+// capacity (4 drive files of 160 MiB, written in full first, 3+1 stripes of 64 KiB chunks, 3 MiB
 // segments), overwrites it twice over at random to reach the steady state
 // and destages everything, then measures b.N more random 4 KiB overwrites
 // (until destaged): IOPS and the write amplification at each fill, for each
@@ -325,7 +325,7 @@ func pickLBA(rng *rand.Rand, blocks uint64, skewed bool) uint64 {
 }
 
 func benchmarkOverwrite(b *testing.B, fill int, skewed bool, policy GCPolicy) {
-	s := openBenchStoreSized(b, Options{GCPolicy: policy, ChunkSize: 64 << 10, SegmentStripes: 16}, 160<<20)
+	s := openBenchStoreOn(b, Options{GCPolicy: policy, ChunkSize: 64 << 10, SegmentStripes: 16}, 160<<20, true)
 	blocks := uint64(s.Stats().CapacityBytes/BlockSize) * uint64(fill) / 100
 	v, err := s.CreateVolume("bench", int64(blocks)*BlockSize)
 	if err != nil {
