@@ -121,7 +121,6 @@ func (st *stream) empty() bool        { return st.fill.empty() }
 // settled reports whether nothing is buffered or in flight.
 func (st *stream) settled() bool { return st.fill.empty() && len(st.flights) == 0 }
 
-
 // room makes sure the batch's current stripe can take an entry (with a
 // data slot if data), opening a segment or a new stripe as needed. It
 // returns errNoSegment when the stream needs a segment and none is free.
