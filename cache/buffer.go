@@ -230,13 +230,25 @@ func (b *Buffer) tryReserveLocked(size uint64) (reservation, bool, error) {
 	return r, true, nil
 }
 
+var waiterPool = sync.Pool{New: func() any { return &spaceWaiter{wake: make(chan struct{}, 1)} }}
+
 // waitReserveLocked queues for space. Only the first waiter reserves; whoever
 // frees space wakes it, and it wakes the next one when it leaves the queue.
 func (b *Buffer) waitReserveLocked(ctx context.Context, size uint64) (reservation, error) {
-	w := &spaceWaiter{wake: make(chan struct{}, 1)}
+	w := waiterPool.Get().(*spaceWaiter)
 	b.mu.waiters = append(b.mu.waiters, w)
 	b.spaceWaits.Add(1)
-	defer b.removeWaiterLocked(w)
+	defer func() {
+		b.removeWaiterLocked(w)
+		// Out of the list (under mu), w gets no more wake-ups: drop a stale
+		// one and reuse it. An Append that waits for space would otherwise
+		// allocate on every call while the buffer is full.
+		select {
+		case <-w.wake:
+		default:
+		}
+		waiterPool.Put(w)
+	}()
 	for {
 		if b.mu.waiters[0] == w {
 			if r, ok, err := b.tryReserveLocked(size); ok || err != nil {
