@@ -82,11 +82,17 @@ func (w *writer) carry(from, to *batch, n int) {
 	if len(from.stripes) == n {
 		return
 	}
-	size := w.s.lay.chunkSize
-	for c := range from.cols {
-		copy(to.cols[c][:size], from.cols[c][n*size:(n+1)*size])
+	// Only the data slots taken so far hold anything: summary, parity and
+	// the free slots are written when the stripe is encoded. Slots fill the
+	// data chunks in order.
+	size, sb, sh := w.s.lay.chunkSize, from.stripes[n], from.geom.shape
+	for c := 0; c < sh.data && c*sh.payload < sb.slots; c++ {
+		col := sh.column(from.first+n, c)
+		lo := sh.summaryBlocks * BlockSize
+		hi := lo + min(sb.slots-c*sh.payload, sh.payload)*BlockSize
+		copy(to.cols[col][lo:hi], from.cols[col][n*size+lo:n*size+hi])
 	}
-	to.stripes = append(to.stripes, from.stripes[n])
+	to.stripes = append(to.stripes, sb)
 	from.stripes = from.stripes[:n]
 	to.seg, to.geom, to.first = from.seg, from.geom, from.first+n
 	to.limit = min(to.room, w.s.lay.segStripes-to.first)
