@@ -16,12 +16,7 @@ type IOEngine uint8
 const (
 	// EngineAuto uses io_uring where the kernel allows it and pread/pwrite
 	// otherwise (io_uring_setup refused with EPERM or ENOSYS in containers,
-	// disabled by sysctl, Linux before 5.6). With io_uring, a request that
-	// finds none of the drive's in flight is issued with pread/pwrite on
-	// the caller's thread instead: a lone request then waits for the drive
-	// only, not for the hand-off of its completion from the ring's reaper
-	// (about 25 µs per 4 KiB read at queue depth 1 here, a third of the
-	// drive's own latency); requests that queue go through the ring.
+	// disabled by sysctl, Linux before 5.6).
 	EngineAuto IOEngine = iota
 	// EnginePread issues blocking pread/pwrite calls: one OS thread per
 	// request in flight.
@@ -99,7 +94,7 @@ func (d *FileDrive) startEngine(opts FileOptions) error {
 	q, err := startURingQueue(depth, !opts.URingBlockingWait)
 	switch {
 	case err == nil:
-		d.ring, d.fd, d.direct1 = q, int32(fd), opts.Engine == EngineAuto
+		d.ring, d.fd = q, int32(fd)
 		if opts.Engine == EngineAuto {
 			logEngineOnce.Do(func() { slog.Info("disk: drive I/O through io_uring", "depth", depth) })
 		}
@@ -132,31 +127,6 @@ func (d *FileDrive) engineFailure() error {
 		return fmt.Errorf("%w: %w", ErrDriveFailed, err)
 	}
 	return nil
-}
-
-// transfer reads (uringOpRead) or writes all of p at off: through the ring
-// (always with EngineURing; with EngineAuto unless the request is the only
-// one the drive has in flight, see EngineAuto), else with pread/pwrite. A
-// ring that failed keeps answering, with its error.
-func (d *FileDrive) transfer(op uint8, p []byte, off int64) (int, error) {
-	if d.ring != nil && d.direct1 {
-		lone := d.active.Add(1) == 1
-		defer d.active.Add(-1)
-		if lone && d.ring.failure() == nil {
-			return d.syscallIO(op, p, off)
-		}
-	}
-	if d.ring != nil {
-		return d.uringIO(op, p, off)
-	}
-	return d.syscallIO(op, p, off)
-}
-
-func (d *FileDrive) syscallIO(op uint8, p []byte, off int64) (int, error) {
-	if op == uringOpRead {
-		return d.file.ReadAt(p, off)
-	}
-	return d.file.WriteAt(p, off)
 }
 
 // uringIO reads (op uringOpRead) or writes all of p at off through the

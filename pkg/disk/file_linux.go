@@ -32,10 +32,6 @@ type FileDrive struct {
 	// pread/pwrite); fd is the file's descriptor for its SQEs.
 	ring *uringQueue
 	fd   int32
-	// direct1: EngineAuto's lone requests bypass the ring (transfer);
-	// active counts its requests in flight, either way.
-	direct1 bool
-	active  atomic.Int32
 }
 
 var _ Drive = (*FileDrive)(nil)
@@ -194,7 +190,13 @@ func (d *FileDrive) ReadAt(p []byte, off int64) (int, error) {
 	if err := d.check("read", p, off); err != nil {
 		return 0, err
 	}
-	n, err := d.transfer(uringOpRead, p, off)
+	var n int
+	var err error
+	if d.ring != nil {
+		n, err = d.uringIO(uringOpRead, p, off)
+	} else {
+		n, err = d.file.ReadAt(p, off)
+	}
 	if err == io.EOF && n == len(p) {
 		err = nil
 	}
@@ -206,7 +208,13 @@ func (d *FileDrive) WriteAt(p []byte, off int64) (int, error) {
 	if err := d.check("write", p, off); err != nil {
 		return 0, err
 	}
-	n, err := d.transfer(uringOpWrite, p, off)
+	var n int
+	var err error
+	if d.ring != nil {
+		n, err = d.uringIO(uringOpWrite, p, off)
+	} else {
+		n, err = d.file.WriteAt(p, off)
+	}
 	return n, d.ioError("write", int64(len(p)), off, err)
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -349,65 +348,5 @@ func TestFileDriveEngineFailure(t *testing.T) {
 		}
 	case <-time.After(faultDeadline):
 		t.Fatal("Close hangs")
-	}
-}
-
-// TestAutoEngineIssuesLoneRequestsDirectly: with EngineAuto, a request that
-// finds nothing else of the drive's in flight skips the ring (no
-// submission reaches io_uring_enter), requests that overlap go through it,
-// every one transfers the right bytes, and once the ring has failed even a
-// lone request answers with the ring's error.
-func TestAutoEngineIssuesLoneRequestsDirectly(t *testing.T) {
-	f := newFaultyEnter()
-	saved := startURingQueue
-	defer func() { startURingQueue = saved }()
-	startURingQueue = func(depth int, eventfd bool) (*uringQueue, error) {
-		return openURingQueue(depth, eventfd, f.enter)
-	}
-	const blocks = 64
-	d := openEngine(t, filepath.Join(t.TempDir(), "drive"), blocks*BlockSize, FileOptions{Engine: EngineAuto})
-	if d.Engine() != EngineURing {
-		t.Skip("io_uring is not available here")
-	}
-	for i := range blocks {
-		mustWrite(t, d, pattern(BlockSize, uint64(i)), int64(i)*BlockSize)
-	}
-	if n := f.submits.Load(); n != 0 {
-		t.Fatalf("%d submissions for %d writes issued one at a time; want 0", n, blocks)
-	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for g := range 16 {
-		wg.Go(func() {
-			buf := AlignedBuffer(BlockSize)
-			for k := range 50 {
-				i := (g*7 + k) % blocks
-				if _, err := d.ReadAt(buf, int64(i)*BlockSize); err != nil {
-					errs <- err
-					return
-				}
-				if !bytes.Equal(buf, pattern(BlockSize, uint64(i))) {
-					errs <- fmt.Errorf("block %d read back wrong", i)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	if f.submits.Load() == 0 {
-		t.Fatal("16 goroutines reading at once never used the ring")
-	}
-	f.submitErr.Store(uintptr(syscall.EIO))
-	d.active.Add(1) // as if a request were in flight: the next one takes the ring, and breaks it
-	if _, err := d.ReadAt(AlignedBuffer(BlockSize), 0); !errors.Is(err, ErrEngineFailed) {
-		t.Fatalf("a read through the failing ring = %v; want ErrEngineFailed", err)
-	}
-	d.active.Add(-1)
-	if _, err := d.ReadAt(AlignedBuffer(BlockSize), 0); !errors.Is(err, ErrDriveFailed) {
-		t.Fatalf("a lone read after the ring failed = %v; want ErrDriveFailed", err)
 	}
 }
