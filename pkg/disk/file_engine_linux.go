@@ -129,6 +129,18 @@ func (d *FileDrive) engineFailure() error {
 	return nil
 }
 
+// transfer reads (uringOpRead) or writes all of p at off with the drive's
+// engine: the ring, or pread/pwrite.
+func (d *FileDrive) transfer(op uint8, p []byte, off int64) (int, error) {
+	switch {
+	case d.ring != nil:
+		return d.uringIO(op, p, off)
+	case op == uringOpRead:
+		return d.file.ReadAt(p, off)
+	}
+	return d.file.WriteAt(p, off)
+}
+
 // uringIO reads (op uringOpRead) or writes all of p at off through the
 // ring, looping on short transfers as os.File does. Once the ring has
 // failed (ErrEngineFailed) it returns an error wrapping ErrDriveFailed as

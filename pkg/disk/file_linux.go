@@ -190,13 +190,7 @@ func (d *FileDrive) ReadAt(p []byte, off int64) (int, error) {
 	if err := d.check("read", p, off); err != nil {
 		return 0, err
 	}
-	var n int
-	var err error
-	if d.ring != nil {
-		n, err = d.uringIO(uringOpRead, p, off)
-	} else {
-		n, err = d.file.ReadAt(p, off)
-	}
+	n, err := d.transfer(uringOpRead, p, off)
 	if err == io.EOF && n == len(p) {
 		err = nil
 	}
@@ -208,13 +202,7 @@ func (d *FileDrive) WriteAt(p []byte, off int64) (int, error) {
 	if err := d.check("write", p, off); err != nil {
 		return 0, err
 	}
-	var n int
-	var err error
-	if d.ring != nil {
-		n, err = d.uringIO(uringOpWrite, p, off)
-	} else {
-		n, err = d.file.WriteAt(p, off)
-	}
+	n, err := d.transfer(uringOpWrite, p, off)
 	return n, d.ioError("write", int64(len(p)), off, err)
 }
 

@@ -27,7 +27,7 @@ type flight struct {
 // flushed (writer.flights); a stream with its limit of batches in flight
 // first completes batches, oldest first, until its own oldest is done.
 func (w *writer) flushStream(st *stream, pad bool) error {
-	for len(st.flights) >= st.maxFlights {
+	for st.inflight >= st.maxFlights {
 		if err := w.complete(); err != nil {
 			return err
 		}
@@ -50,7 +50,7 @@ func (w *writer) flushStream(st *stream, pad bool) error {
 	}
 	st.fill, st.spare = st.spare[len(st.spare)-1], st.spare[:len(st.spare)-1]
 	w.carry(b, st.fill, n)
-	st.flights = append(st.flights, fl)
+	st.inflight++
 	w.flights = append(w.flights, fl)
 	if w.s.opts.synchronous {
 		w.writeFlight(fl)
@@ -160,7 +160,7 @@ func (w *writer) complete() error {
 	<-fl.done
 	st := fl.st
 	w.flights = append(w.flights[:0], w.flights[1:]...)
-	st.flights = append(st.flights[:0], st.flights[1:]...) // fl was its stream's oldest too
+	st.inflight--
 	b := fl.b
 	if fl.lost > b.geom.shape.parity {
 		st.spare = append(st.spare, b)
@@ -230,7 +230,7 @@ func (w *writer) encodeStripes(b *batch, sums []summary) error {
 // encodeStripe fills stripe rel's summary (its sequence already set),
 // computes its parity and the parity checksums, and writes the summary into
 // every chunk. An error is a bug (the codec refusing a stripe of its own
-// geometry). It touches nothing but the stripe and sum.
+// geometry).
 func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
 	sb := b.stripes[rel]
 	sh := b.geom.shape

@@ -89,8 +89,8 @@ type stream struct {
 	next int // next stripe of seg not yet given to a batch
 
 	fill       *batch
-	spare      []*batch  // buffer sets neither filling nor in flight
-	flights    []*flight // batches being written, oldest first
+	spare      []*batch // buffer sets neither filling nor in flight
+	inflight   int      // batches being written (writer.flights holds them)
 	maxFlights int
 }
 
@@ -119,7 +119,7 @@ func (st *stream) closedStripes() int { return st.fill.closedStripes() }
 func (st *stream) empty() bool        { return st.fill.empty() }
 
 // settled reports whether nothing is buffered or in flight.
-func (st *stream) settled() bool { return st.fill.empty() && len(st.flights) == 0 }
+func (st *stream) settled() bool { return st.fill.empty() && st.inflight == 0 }
 
 // room makes sure the batch's current stripe can take an entry (with a
 // data slot if data), opening a segment or a new stripe as needed. It

@@ -239,7 +239,7 @@ func (w *writer) step(pad bool) (bool, error) {
 // buffer records that need no stripe.
 func (w *writer) destage(pad bool) (bool, error) {
 	st := w.host
-	caughtUp := w.nextPack > w.s.pub.published() && len(st.flights) == 0
+	caughtUp := w.nextPack > w.s.pub.published() && st.inflight == 0
 	wrote := false
 	if st.batchFull() || (caughtUp && st.closedStripes() > 0) || (pad && !st.empty()) {
 		if err := w.flushStream(st, pad); err != nil {
