@@ -103,18 +103,19 @@ func TestKernelHostMultipathFailover(t *testing.T) {
 
 // MultipathFailoverNVMeLines are the host-driver lines allowed while the
 // leader's node is dead and comes back: the dead path's TCP error recovery
-// and reconnect attempts, and the multipath head requeuing I/O while no path
-// is usable (between the dead leader and the new leader's ANA change).
-// Timeouts, aborts, C2HTermReq, protocol errors and I/O errors stay
-// forbidden, and so does everything else in every other phase.
-var MultipathFailoverNVMeLines = []*regexp.Regexp{
+// and reconnect attempts, the multipath head requeuing I/O while no path is
+// usable (between the dead leader and the new leader's ANA change), and
+// KilledConnectionNVMeLines. I/O timeouts, aborts, C2HTermReq, protocol
+// errors and I/O errors stay forbidden, and so does everything else in
+// every other phase.
+var MultipathFailoverNVMeLines = append([]*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: starting error recovery$`),
 	regexp.MustCompile(`^nvme nvme\d+: failed to connect socket: -111$`),
 	regexp.MustCompile(`^nvme nvme\d+: Failed reconnect attempt \d+$`),
 	regexp.MustCompile(`^nvme nvme\d+: Reconnecting in \d+ seconds\.\.\.$`),
 	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(\d+ attempts?\)$`),
 	regexp.MustCompile(`^block nvme\d+n\d+: no usable path - requeuing I/O$`),
-}
+}, KilledConnectionNVMeLines...)
 
 var multipathDmesgAllow = map[string][]*regexp.Regexp{"mp-failover": MultipathFailoverNVMeLines}
 

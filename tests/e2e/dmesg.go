@@ -38,18 +38,32 @@ var RejectedHostNVMeLines = []*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=16772$`),
 }
 
+// KilledConnectionNVMeLines are what the host may log about the one
+// connection whose target process was killed under it, depending only on
+// where in its own work the kill found it: a send that met the reset
+// (ECONNRESET), and the keep-alive (admin queue 0, command ID 0) that was in
+// flight and is timed out during error recovery. No I/O queue's timeout is
+// among them.
+var KilledConnectionNVMeLines = []*regexp.Regexp{
+	regexp.MustCompile(`^nvme nvme\d+: failed to send request -104$`),
+	regexp.MustCompile(`^nvme nvme\d+: queue 0: timeout request 0x0 type 4$`),
+	regexp.MustCompile(`^nvme nvme\d+: long keepalive RTT \(\d+ ms\)$`),
+	regexp.MustCompile(`^nvme nvme\d+: failed nvme_keep_alive_end_io error=10$`),
+}
+
 // FailoverNVMeLines are additionally allowed while a target is killed and
-// restarted: the host's TCP error recovery and reconnect messages, and the
-// multipath head requeuing I/O while no path is live. Timeouts, aborts of
-// successful paths, C2HTermReq, protocol errors and I/O errors stay forbidden.
-var FailoverNVMeLines = []*regexp.Regexp{
+// restarted: the host's TCP error recovery and reconnect messages, the
+// multipath head requeuing I/O while no path is live, and
+// KilledConnectionNVMeLines. I/O timeouts, aborts of successful paths,
+// C2HTermReq, protocol errors and I/O errors stay forbidden.
+var FailoverNVMeLines = append([]*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: starting error recovery$`),
 	regexp.MustCompile(`^nvme nvme\d+: failed to connect socket: -111$`),
 	regexp.MustCompile(`^nvme nvme\d+: Failed reconnect attempt \d+$`),
 	regexp.MustCompile(`^nvme nvme\d+: Reconnecting in \d+ seconds\.\.\.$`),
 	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(\d+ attempts?\)$`),
 	regexp.MustCompile(`^block nvme\d+n\d+: no usable path - requeuing I/O$`),
-}
+}, KilledConnectionNVMeLines...)
 
 // phaseRE matches the marker guest/lib.sh's phase() writes to the kernel log.
 var phaseRE = regexp.MustCompile(`basalt-e2e: phase (\S+)$`)

@@ -108,6 +108,16 @@ func TestDmesgProblems(t *testing.T) {
 [   23.91] nvme nvme0: Successfully reconnected (3 attempt)`, 0},
 		{"timeout even during failover", `[   20.60] basalt-e2e: phase failover
 [   50.00] nvme nvme0: queue 1: timeout cid 0x1003 type 4 opcode 0x1 (I/O Cmd)`, 1},
+		{"the killed connection's keep-alive and send during failover", `[   10.20] basalt-e2e: phase failover
+[   10.23] nvme nvme0: starting error recovery
+[   11.85] nvme nvme0: failed to send request -104
+[   14.91] nvme nvme0: queue 0: timeout request 0x0 type 4
+[   14.91] nvme nvme0: long keepalive RTT (5024 ms)
+[   14.91] nvme nvme0: failed nvme_keep_alive_end_io error=10`, 0},
+		{"keep-alive timeout outside the failover phase", `[   14.91] nvme nvme0: queue 0: timeout request 0x0 type 4
+[   14.91] nvme nvme0: long keepalive RTT (5024 ms)`, 2},
+		{"an I/O queue's timeout is not the keep-alive", `[   10.20] basalt-e2e: phase failover
+[   14.91] nvme nvme0: queue 1: timeout request 0x0 type 4`, 1},
 		{"allow-list ends with the phase", `[   20.60] basalt-e2e: phase failover
 [   20.63] nvme nvme0: starting error recovery
 [   26.29] basalt-e2e: phase failover-after
