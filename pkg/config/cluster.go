@@ -44,6 +44,7 @@ import (
 //	chunk_size = "128KiB"
 //	segment_stripes = 32
 //	gc_policy = "cost-benefit"
+//	discard = "auto"                   # tell drives of freed segments: block devices only; "on", "off"
 //	scrub_interval = "168h"            # read and verify every stripe once a week; "0": never
 //	scrub_rate = "64MiB"               # scrub reads per second, summed over the drives
 //
@@ -114,6 +115,11 @@ type Store struct {
 	SegmentStripes int  `toml:"segment_stripes"`
 	// GCPolicy is "cost-benefit" (default) or "greedy".
 	GCPolicy string `toml:"gc_policy"`
+	// Discard says which drives are told that a freed segment's range is
+	// unused: "auto" (default: block devices, not drive files, whose
+	// punched holes the filesystem must fill again on the next write),
+	// "on" (files too: they give their space back) or "off".
+	Discard string `toml:"discard"`
 	// ScrubInterval: in the background, every stripe is read, verified
 	// and repaired from parity once per ScrubInterval (store.Scrubber).
 	// Unset: DefaultScrubInterval; an explicit "0" turns the scrub off.
@@ -262,6 +268,9 @@ func (c *Config) validateCluster() []error {
 		}
 		if s.GCPolicy != "" && s.GCPolicy != "greedy" && s.GCPolicy != "cost-benefit" {
 			add("store.gc_policy %q: want cost-benefit or greedy", s.GCPolicy)
+		}
+		if s.Discard != "" && s.Discard != "auto" && s.Discard != "on" && s.Discard != "off" {
+			add("store.discard %q: want auto, on or off", s.Discard)
 		}
 	}
 	return errs

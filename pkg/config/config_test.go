@@ -151,6 +151,7 @@ func TestClusterValidation(t *testing.T) {
 		{"bad tick", `s/node_id = 2/node_id = 2\nraft_tick = "soon"/`, []string{"duration \"soon\""}},
 		{"store without buffer size", `s/buffer_size = .*//`, []string{"[store] needs drives and buffer_size"}},
 		{"store gc", `s/buffer_size = "1GiB"/buffer_size = "1GiB"\ngc_policy = "lazy"/`, []string{"gc_policy \"lazy\""}},
+		{"store discard", `s/buffer_size = "1GiB"/buffer_size = "1GiB"\ndiscard = "sometimes"/`, []string{"discard \"sometimes\""}},
 		{"subsystems in a cluster", `s/\[cluster\]/[[subsystem]]\nnqn = "nqn.x:y"\nallow_any_host = true\n[cluster]/`, []string{"cannot be used with [cluster]"}},
 		{"tiny raft log", `s/\[store\]/[raft_log]\nsize = "4KiB"\n[store]/`, []string{"raft_log.size"}},
 	}

@@ -249,6 +249,11 @@ func (d *FileDrive) Discard(off, n int64) error {
 	return d.writeZeros(off, n)
 }
 
+// PunchesHoles reports whether Discard deallocates the blocks of a regular
+// file, which the filesystem must then allocate again when the range is
+// next written.
+func (d *FileDrive) PunchesHoles() bool { return !d.device }
+
 func (d *FileDrive) discardDevice(off, n int64) error {
 	rangeArg := [2]uint64{uint64(off), uint64(n)}
 	var errno syscall.Errno

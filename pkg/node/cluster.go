@@ -105,8 +105,13 @@ func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
+	discard, err := store.ParseDiscardMode(sc.Discard)
+	if err != nil {
+		return err
+	}
 	opts := store.Options{Meta: db, Parity: sc.Parity, Data: sc.Data, ChunkSize: int(sc.ChunkSize),
-		SegmentStripes: sc.SegmentStripes, GCPolicy: policy, Logger: log.With("part", "store"), Clock: clock.Real()}
+		SegmentStripes: sc.SegmentStripes, GCPolicy: policy, Discard: discard, Logger: log.With("part", "store"),
+		Clock: clock.Real()}
 	for _, p := range sc.Drives {
 		d, err := disk.OpenFile(p, int64(sc.DriveSize))
 		if err != nil {

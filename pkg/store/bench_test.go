@@ -355,6 +355,7 @@ func benchmarkOverwrite(b *testing.B, fill int, skewed bool, policy GCPolicy) {
 		b.Fatal(err)
 	}
 	before := s.Stats()
+	rd0, wr0 := processIO(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -369,6 +370,31 @@ func benchmarkOverwrite(b *testing.B, fill int, skewed bool, policy GCPolicy) {
 	if destaged > 0 {
 		b.ReportMetric(float64(destaged+relocated)/float64(destaged), "WA")
 	}
+	rd1, wr1 := processIO(b)
+	b.ReportMetric(float64(after.PaddingBlocks-before.PaddingBlocks)/float64(b.N)*100, "pad%")
+	b.ReportMetric(float64(rd1-rd0)/float64(b.N)/1024, "readKiB/op")
+	b.ReportMetric(float64(wr1-wr0)/float64(b.N)/1024, "writeKiB/op")
+}
+
+// processIO returns the bytes this process has read from and written to
+// block devices (/proc/self/io; O_DIRECT I/O counts there as it happens).
+func processIO(b *testing.B) (read, written uint64) {
+	b.Helper()
+	data, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseUint(value, 10, 64)
+		switch name {
+		case "read_bytes":
+			read = n
+		case "write_bytes":
+			written = n
+		}
+	}
+	return read, written
 }
 
 // BenchmarkWriteAt4KMemory is the write path's CPU cost on memory drives

@@ -2,7 +2,6 @@ package store
 
 import (
 	"fmt"
-	"slices"
 
 	"basalt/pkg/backend"
 	"basalt/pkg/disk"
@@ -15,16 +14,17 @@ import (
 // and otherwise relocates the live blocks of one victim.
 func (w *writer) clean() (bool, error) {
 	o := &w.s.opts
-	if len(w.free) < o.GCLowSegments {
+	free := w.freeSoon()
+	if free < o.GCLowSegments {
 		w.gcActive = true
 	}
-	if len(w.free) >= o.GCHighSegments {
+	if free >= o.GCHighSegments {
 		w.gcActive = false
 	}
 	if !w.gcActive {
 		return false, nil
 	}
-	return w.cleanNow(len(w.free) <= o.GCReserveSegments /* pad */)
+	return w.cleanNow(free <= o.GCReserveSegments /* pad */)
 }
 
 // cleanNow runs one round of the cleaner whatever the free count: free,
@@ -95,15 +95,13 @@ func (w *writer) pickVictim() *segment {
 
 // freeEligible frees every sealed segment that holds no live block, whose
 // stripes are all covered by the checkpoint in force (so recovery never
-// needs their summaries) and that nobody has pinned, then discards their
-// ranges on the drives (best effort, discard.go). It returns how many it
-// freed.
+// needs their summaries) and that nobody has pinned. Their free rows join
+// the segment rows on their way to the metadata, and the segments reach the
+// free list once those rows are durable and their ranges discarded
+// (freeing.go). It returns how many it freed.
 func (w *writer) freeEligible() (int, error) {
 	s := w.s
-	if err := w.rows.sync(); err != nil {
-		return 0, err
-	}
-	var rows []meta.SegmentInfo
+	var ids []meta.SegmentID
 	s.segMu.Lock()
 	for _, g := range s.segs {
 		if g.getState() != meta.SegmentSealed || g.broken || g.live.Load() != 0 ||
@@ -113,32 +111,22 @@ func (w *writer) freeEligible() (int, error) {
 		g.geom.Store(nil)
 		g.state.Store(uint32(meta.SegmentFree))
 		g.written.Store(0)
-		rows = append(rows, g.info())
+		ids = append(ids, g.id)
 	}
 	s.segMu.Unlock()
-	for start := 0; start < len(rows); start += 256 {
-		batch := rows[start:min(start+256, len(rows))]
-		err := s.meta.Update(func(tx *meta.Tx) error {
-			for _, r := range batch {
-				if err := tx.PutSegment(r); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var ticket uint64
+	for _, id := range ids {
+		t, err := w.rows.add(s.segs[id].info())
 		if err != nil {
 			return 0, fmt.Errorf("store: while freeing segments: %w", err)
 		}
+		ticket = t
 	}
-	ids := make([]meta.SegmentID, 0, len(rows))
-	for _, r := range rows {
-		ids = append(ids, r.ID)
-	}
-	s.discardSegments(ids)
-	w.free = append(w.free, ids...)
-	slices.Sort(w.free)
-	s.counters.freeSegments.Store(int64(len(w.free)))
-	return len(rows), nil
+	w.freeing = append(w.freeing, &freeing{ids: ids, ticket: ticket})
+	return len(ids), w.advanceFreeing(s.opts.synchronous)
 }
 
 // relocate moves every live block of g to the cleaner's stream, stripe by

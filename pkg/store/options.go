@@ -106,6 +106,9 @@ type Options struct {
 
 	// GCPolicy chooses victims. Default GCCostBenefit.
 	GCPolicy GCPolicy
+	// Discard says which drives are told that a freed segment's range is
+	// unused. Default DiscardAuto.
+	Discard DiscardMode
 	// GCReserveSegments are kept for the cleaner: host destaging never takes
 	// the last ones. Default 2, at least 1 (with parity, at least 1).
 	GCReserveSegments int

@@ -15,11 +15,11 @@ import (
 // Durability is asked for where it is needed, with a ticket: a segment's
 // open row before the write-buffer records of its first stripes are
 // released (recovery looks for stripes only in segments the metadata shows
-// open or sealed), and every row before a checkpoint commits (the
-// checkpointed map points into them) or the writer writes segment rows
-// directly (freeing segments), so rows land in the order they were made. A
-// seal row is never waited for: recovery seals a segment it finds open at
-// its last intact stripe, which is what the seal row says.
+// open or sealed), every row before a checkpoint commits (the checkpointed
+// map points into them), and a free row before the segment's range is
+// discarded (freeing.go). A seal row is never waited for: recovery seals a
+// segment it finds open at its last intact stripe, which is what the seal
+// row says.
 //
 // In the synchronous test mode nothing runs in the background: rows are
 // committed when a ticket is waited for, so that a simulated crash sees
@@ -32,6 +32,7 @@ type segRows struct {
 	queued   uint64 // tickets given: rows queued so far
 	durable  uint64 // every row up to this ticket is committed
 	inflight *rowCommit
+	wake     func() // called when a background commit ends
 }
 
 // rowCommit is one transaction of rows in the background.
@@ -79,6 +80,9 @@ func (r *segRows) start() {
 	r.pending = nil
 	r.inflight = c
 	go func() {
+		if r.wake != nil {
+			defer r.wake()
+		}
 		defer close(c.done)
 		c.err = commitRows(r.db, c.rows)
 	}()
@@ -109,17 +113,25 @@ func (r *segRows) wait(ticket uint64) error {
 // sync returns once every row queued is committed.
 func (r *segRows) sync() error { return r.wait(r.queued) }
 
+// commitRows commits rows in order, up to rowsPerCommit per transaction
+// (freeing the segments of a deleted volume queues thousands at once).
 func commitRows(db *meta.DB, rows []meta.SegmentInfo) error {
-	err := db.Update(func(tx *meta.Tx) error {
-		for _, row := range rows {
-			if err := tx.PutSegment(row); err != nil {
-				return err
+	for len(rows) > 0 {
+		part := rows[:min(len(rows), rowsPerCommit)]
+		rows = rows[len(part):]
+		err := db.Update(func(tx *meta.Tx) error {
+			for _, row := range part {
+				if err := tx.PutSegment(row); err != nil {
+					return err
+				}
 			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("store: while recording %d segment rows: %w", len(part), err)
 		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("store: while recording %d segment rows: %w", len(rows), err)
 	}
 	return nil
 }
+
+const rowsPerCommit = 256

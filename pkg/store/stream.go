@@ -199,6 +199,13 @@ func (w *writer) open(st *stream) error {
 	if st.kind == streamHost {
 		reserve = w.s.opts.GCReserveSegments
 	}
+	if len(w.free) <= reserve && st.kind == streamGC {
+		// The cleaner has nowhere else to go: wait for the segments
+		// being freed (freeing.go).
+		if _, err := w.awaitFreeing(); err != nil {
+			return err
+		}
+	}
 	if len(w.free) <= reserve {
 		return errNoSegment
 	}

@@ -94,6 +94,7 @@ type writer struct {
 	appliedBuf uint64 // bufferSeq of the last applied host stripe
 
 	free       []meta.SegmentID // free segments, ascending
+	freeing    []*freeing       // segments on their way to free, oldest first
 	gcActive   bool             // between the low and high water marks
 	ckptSeq    uint64           // sequence of the checkpoint in force
 	ckptAt     time.Time
@@ -124,7 +125,7 @@ func newWriter(s *Store) *writer {
 		w = &writer{s: s}
 	}
 	w.stop, w.done = make(chan struct{}), make(chan struct{})
-	w.rows.db, w.rows.synchronous = s.meta, s.opts.synchronous
+	w.rows.db, w.rows.synchronous, w.rows.wake = s.meta, s.opts.synchronous, s.wake
 	w.host, w.gc = newStream(s, streamHost), newStream(s, streamGC)
 	w.ckptAt, w.lastInput, w.rateAt = s.clock.Now(), s.clock.Now(), s.clock.Now()
 	w.driveEpoch = s.driveEpoch.Load()
@@ -142,6 +143,7 @@ func (w *writer) run() {
 		select {
 		case <-w.stop:
 			w.err = w.finish()
+			w.waitDiscards()
 			return
 		case c := <-w.s.cmds:
 			w.handle(c)
@@ -200,7 +202,7 @@ func (w *writer) step(pad bool) (bool, error) {
 		}
 		progress = true
 	}
-	if err := w.rows.poll(); err != nil {
+	if err := w.advanceFreeing(false); err != nil {
 		return false, err
 	}
 	if epoch := w.s.driveEpoch.Load(); epoch != w.driveEpoch {
@@ -328,6 +330,12 @@ func (w *writer) drain() error {
 	for stuck := 0; ; {
 		_, err := w.pack()
 		if errors.Is(err, errNoSegment) {
+			if waited, err := w.awaitFreeing(); err != nil || waited {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			did, err := w.cleanNow(true /* pad */)
 			if err != nil {
 				return err
@@ -377,6 +385,9 @@ func (w *writer) finish() error {
 	}
 	if err == nil && !w.s.opts.noCloseCheckpoint {
 		err = w.checkpoint()
+	}
+	if err == nil {
+		_, err = w.awaitFreeing()
 	}
 	if err != nil {
 		w.setFailed(err)
