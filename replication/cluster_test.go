@@ -43,7 +43,7 @@ func TestPartitionedLeaderStopsServingWhileMajorityCarriesOn(t *testing.T) {
 			}
 			c.net.Isolate(old, others...)
 			var isolatedWrite error = errPending
-			c.vols[old].WriteAtAsync(bytes.Repeat([]byte{9}, 4096), 4096, func(err error) { isolatedWrite = err })
+			c.vols[old].WriteAtAsync(bytes.Repeat([]byte{9}, 4096), 4096, 0, func(err error) { isolatedWrite = err })
 
 			var next NodeID
 			c.runUntil(5*time.Second, "a new leader among the majority", func() bool {
@@ -227,7 +227,7 @@ func TestFollowerRefusesIOWithANAErrors(t *testing.T) {
 		}
 		v := c.vols[id]
 		var errs []error
-		v.WriteAtAsync(make([]byte, 4096), 0, func(err error) { errs = append(errs, err) })
+		v.WriteAtAsync(make([]byte, 4096), 0, 0, func(err error) { errs = append(errs, err) })
 		v.TrimAsync(0, 4096, func(err error) { errs = append(errs, err) })
 		v.ReadAtAsync(make([]byte, 4096), 0, func(err error) { errs = append(errs, err) })
 		if len(errs) != 3 {
@@ -276,7 +276,7 @@ func TestIdleGroupDoesNotPinSharedBuffer(t *testing.T) {
 		return false
 	})
 	var idleWrite error = errPending
-	idle[idleLeader].WriteAtAsync(bytes.Repeat([]byte{0x5A}, 4096), 0, func(err error) { idleWrite = err })
+	idle[idleLeader].WriteAtAsync(bytes.Repeat([]byte{0x5A}, 4096), 0, 0, func(err error) { idleWrite = err })
 	c.runUntil(time.Second, "the idle group's write", func() bool { return idleWrite != errPending })
 	if idleWrite != nil {
 		t.Fatal(idleWrite)

@@ -46,7 +46,7 @@ func ExampleHost_AddVolume() {
 	poll()
 	fmt.Println("leader:", volume.Group().Leader())
 
-	volume.WriteAtAsync(bytes.Repeat([]byte("b"), 4096), 8192, func(err error) { fmt.Println("write:", err) })
+	volume.WriteAtAsync(bytes.Repeat([]byte("b"), 4096), 8192, 0, func(err error) { fmt.Println("write:", err) })
 	poll()
 	got := make([]byte, 4096)
 	volume.ReadAtAsync(got, 8192, func(err error) { fmt.Println("read:", err, string(got[:3])) })

@@ -154,7 +154,7 @@ func (c *simCluster) leader() NodeID {
 // write writes one block of b at block blk through node id and waits.
 func (c *simCluster) write(id NodeID, blk int64, b byte) error {
 	var result error = errPending
-	c.vols[id].WriteAtAsync(bytes.Repeat([]byte{b}, 4096), blk*4096, func(err error) { result = err })
+	c.vols[id].WriteAtAsync(bytes.Repeat([]byte{b}, 4096), blk*4096, 0, func(err error) { result = err })
 	c.runUntil(5*time.Second, "write completes", func() bool { return result != errPending })
 	return result
 }

@@ -206,10 +206,16 @@ func (v *Volume) Close() error {
 	return nil
 }
 
-// WriteAtAsync proposes a write of p (copied) at off and calls done with the
-// result on the group's loop. Simulations use it to drive I/O from the
-// goroutine that polls. Writes larger than 1 MiB are refused.
-func (v *Volume) WriteAtAsync(p []byte, off int64, done func(error)) {
+// AsyncWrites implements backend.AsyncWriter.
+func (v *Volume) AsyncWrites() bool { return true }
+
+// WriteAtAsync implements backend.AsyncWriter: it proposes a write of p
+// (copied into the proposal before it returns) at off and calls done with
+// the result on the group's loop. The target uses it so that a write waits
+// for its commit without holding a goroutine; simulations, to drive I/O
+// from the goroutine that polls. Writes larger than 1 MiB are refused
+// (ErrTooLarge); the target's transfers are smaller (MDTS).
+func (v *Volume) WriteAtAsync(p []byte, off int64, _ backend.WriteFlags, done func(error)) {
 	if err := v.check(off, int64(len(p))); err != nil {
 		done(err)
 		return

@@ -49,7 +49,9 @@ func (c *counterTotals) add(o counterTotals) {
 //
 // Init and Execute are called from the transport's receive goroutine only.
 // Admin and Fabrics commands run inline in Execute, and so do I/O commands
-// on a namespace whose backend never blocks (NonBlocker). Other I/O
+// on a namespace whose backend never blocks (NonBlocker); writes to a
+// backend.AsyncWriter are started inline and complete when it calls back
+// (a replicated volume: when the write is committed and applied). Other I/O
 // commands run on a per-queue set of worker goroutines, at most one per
 // queue entry, started when first needed, so that many commands are in
 // flight while the backend blocks. Completions may therefore arrive on any
@@ -157,6 +159,7 @@ func (sq *SQ) icdLimit(r *Request) int {
 func (sq *SQ) Init(r *Request) bool {
 	r.sq = sq
 	r.execute = nil
+	r.async = false
 	r.ns = nil
 	r.errLoc = noErrLoc
 	r.Dir, r.TransferLen, r.DataLen = DirNone, 0, 0
@@ -251,7 +254,7 @@ func (sq *SQ) Execute(r *Request) {
 		sq.t.log.Error("Execute of a request that Init did not accept", "cid", r.Cmd.CID())
 		return
 	}
-	if sq.work == nil || r.Cmd.IsFabrics() || (r.ns != nil && r.ns.inline) {
+	if sq.work == nil || r.Cmd.IsFabrics() || (r.ns != nil && r.ns.inline) || r.async {
 		r.execute(r)
 		return
 	}

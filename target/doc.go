@@ -27,7 +27,9 @@
 //	          ───────────────────────▶ sq.Execute(r) admin: inline
 //	                                                I/O: a queue worker, or
 //	                                                inline if the backend
-//	                                                is a NonBlocker
+//	                                                is a NonBlocker; writes
+//	                                                started inline on a
+//	                                                backend.AsyncWriter
 //	                                   handler → backend → sq.complete(r)
 //	QueueResponse(r) ◀──────────────── exactly once, any goroutine
 //	C2HData(r.Data[:DataLen]), CapsuleResp(r.Cpl), slot reused

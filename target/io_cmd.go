@@ -79,6 +79,9 @@ func (sq *SQ) parseReadWrite(r *Request, ns *Namespace) nvme.Status {
 		return r.expectData(DirC2H, uint32(length))
 	}
 	r.execute = executeWrite
+	if ns.aw != nil {
+		r.execute, r.async = executeWriteAsync, true
+	}
 	return r.expectData(DirH2C, uint32(length))
 }
 
@@ -116,13 +119,30 @@ func executeRead(r *Request) {
 // executeWrite writes the data; FUA (CDW12 bit 30) or a disabled volatile
 // write cache makes the write durable before completion.
 func executeWrite(r *Request) {
-	sq := r.sq
-	var flags backend.WriteFlags
-	if r.Cmd.CDW(12)&nvme.RWFUA != 0 || !sq.ctrl.Load().wce.Load() {
-		flags |= backend.WriteFUA
-	}
 	n := r.TransferLen
-	err := r.ns.be.WriteAt(sq.ctx, r.Data[:n], r.offset(), flags)
+	err := r.ns.be.WriteAt(r.sq.ctx, r.Data[:n], r.offset(), r.writeFlags())
+	r.writeDone(n, err)
+}
+
+// executeWriteAsync is executeWrite on a backend.AsyncWriter: Execute
+// returns once the write is started, and the request completes when the
+// backend calls back, on whichever goroutine it does. r.Data stays the
+// slot's own buffer until then (SQ.ExecutesInline is false for it).
+func executeWriteAsync(r *Request) {
+	n := r.TransferLen
+	r.ns.aw.WriteAtAsync(r.Data[:n], r.offset(), r.writeFlags(), func(err error) { r.writeDone(n, err) })
+}
+
+func (r *Request) writeFlags() backend.WriteFlags {
+	if r.Cmd.CDW(12)&nvme.RWFUA != 0 || !r.sq.ctrl.Load().wce.Load() {
+		return backend.WriteFUA
+	}
+	return 0
+}
+
+// writeDone counts a write of n bytes and completes r with err's status.
+func (r *Request) writeDone(n uint32, err error) {
+	sq := r.sq
 	sq.counters.writeCmds.Add(1)
 	if err == nil {
 		sq.counters.bytesWritten.Add(uint64(n))

@@ -47,6 +47,10 @@ type Namespace struct {
 	// inline: the backend never blocks (NonBlocker), so its I/O commands
 	// run on the transport's receive goroutine instead of a queue worker.
 	inline bool
+	// aw is the backend as a backend.AsyncWriter, or nil: its writes then
+	// run on the receive goroutine, completing when the backend calls back,
+	// instead of holding a queue worker while they wait.
+	aw backend.AsyncWriter
 	// nsze is the size in logical blocks; NotifyNamespaceChanged updates it.
 	nsze atomic.Uint64
 
@@ -142,6 +146,7 @@ func (s *Subsystem) newNamespace(cfg NamespaceConfig, tab *nsTable) (*Namespace,
 	if nb, ok := cfg.Backend.(NonBlocker); ok {
 		ns.inline = nb.NonBlocking()
 	}
+	ns.aw, _ = backend.AsAsyncWriter(cfg.Backend)
 	ns.nsze.Store(uint64(size) / uint64(bs))
 	return ns, nil
 }

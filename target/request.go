@@ -58,6 +58,7 @@ type Request struct {
 	ns      *Namespace     // resolved by Init for namespace commands
 	sq      *SQ            // the queue the request arrived on
 	errLoc  uint16         // Parameter Error Location (SQE byte offset) of a failure
+	async   bool           // execute returns before completion: no worker needed
 	state   atomic.Uint32  // reqFree → reqActive → reqDone: completed once
 }
 

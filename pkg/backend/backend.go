@@ -7,6 +7,7 @@ package backend
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // WriteFlags modify a write.
@@ -43,6 +44,43 @@ type Backend interface {
 	WriteZeroes(ctx context.Context, off, n int64) error
 	// Close releases resources; no method may be called after it.
 	Close() error
+}
+
+// AsyncWriter is an optional capability of a Backend whose writes wait for
+// other goroutines' progress (a replicated volume waits for its Raft loop
+// to commit and apply). WriteAtAsync starts what WriteAt does and returns;
+// done is called exactly once, perhaps before WriteAtAsync returns and
+// perhaps on another goroutine, with what WriteAt would have returned. done
+// must not block. p must stay unchanged until done is called. A write in
+// progress holds no goroutine of the caller's, so a target can take the
+// next command meanwhile instead of parking a worker per write.
+//
+// A wrapper backend implements it whatever it wraps and reports in
+// AsyncWrites whether the wrapped backend has the capability; callers use
+// WriteAtAsync only where AsyncWrites reports true (AsAsyncWriter).
+type AsyncWriter interface {
+	AsyncWrites() bool
+	WriteAtAsync(p []byte, off int64, flags WriteFlags, done func(error))
+}
+
+// AsAsyncWriter returns b as an AsyncWriter if it has the capability.
+func AsAsyncWriter(b Backend) (AsyncWriter, bool) {
+	aw, ok := b.(AsyncWriter)
+	if !ok || !aw.AsyncWrites() {
+		return nil, false
+	}
+	return aw, true
+}
+
+// WriteAtAsync forwards to b's WriteAtAsync, or calls done with an error
+// wrapping errors.ErrUnsupported if b lacks the capability (for wrappers).
+func WriteAtAsync(b Backend, p []byte, off int64, flags WriteFlags, done func(error)) {
+	aw, ok := AsAsyncWriter(b)
+	if !ok {
+		done(fmt.Errorf("%w: asynchronous write on a backend without them", errors.ErrUnsupported))
+		return
+	}
+	aw.WriteAtAsync(p, off, flags, done)
 }
 
 // SpaceChecker is implemented by a thin backend that can run out of space

@@ -49,6 +49,21 @@ func (e *export) WriteAt(ctx context.Context, p []byte, off int64, f backend.Wri
 	return e.Backend.WriteAt(ctx, p, off, f)
 }
 
+// AsyncWrites implements backend.AsyncWriter: as the replicated volume.
+func (e *export) AsyncWrites() bool {
+	_, ok := backend.AsAsyncWriter(e.Backend)
+	return ok
+}
+
+// WriteAtAsync implements backend.AsyncWriter.
+func (e *export) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done func(error)) {
+	if err := e.check(off, int64(len(p))); err != nil {
+		done(err)
+		return
+	}
+	backend.WriteAtAsync(e.Backend, p, off, f, done)
+}
+
 // Trim implements backend.Backend.
 func (e *export) Trim(ctx context.Context, off, n int64) error {
 	if err := e.check(off, n); err != nil {

@@ -87,6 +87,22 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, f backend.Wri
 	return err
 }
 
+// AsyncWrites implements backend.AsyncWriter: as the instrumented backend.
+func (v *Volume) AsyncWrites() bool {
+	_, ok := backend.AsAsyncWriter(v.Backend)
+	return ok
+}
+
+// WriteAtAsync implements backend.AsyncWriter, counting the write when done
+// is called.
+func (v *Volume) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done func(error)) {
+	start := v.clock.Now().UnixNano()
+	backend.WriteAtAsync(v.Backend, p, off, f, func(err error) {
+		v.done(opWrite, len(p), start, err)
+		done(err)
+	})
+}
+
 // Flush implements backend.Backend.
 func (v *Volume) Flush(ctx context.Context) error {
 	start := v.clock.Now().UnixNano()

@@ -66,7 +66,7 @@ func (s *sim) write(g int, trim bool) {
 		blockData(op.buf[b*blockSize:(b+1)*blockSize], op.id, first+b)
 	}
 	s.tracef("op %d: %v writes #%d to g%d blocks [%d, %d)", op.seq, n.id, op.id, g+1, first, first+count)
-	n.vols[g].WriteAtAsync(op.buf, first*blockSize, done)
+	n.vols[g].WriteAtAsync(op.buf, first*blockSize, 0, done)
 }
 
 // read reads a random run of blocks through a node that believes it leads.
@@ -96,7 +96,7 @@ func (s *sim) writeToFollower(g int) {
 		}
 		var result error
 		called := false
-		n.vols[g].WriteAtAsync(make([]byte, blockSize), 0, func(err error) { result, called = err, true })
+		n.vols[g].WriteAtAsync(make([]byte, blockSize), 0, 0, func(err error) { result, called = err, true })
 		switch {
 		case !called:
 			s.failf("%v: a write on a follower of g%d did not fail at once", n.id, g+1)
