@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,16 +16,14 @@ import (
 	"basalt/pkg/api"
 	"basalt/pkg/config"
 	"basalt/pkg/nvme/host"
+	"basalt/tests/ports"
 )
 
+// freeAddr returns a loopback address free right now (package ports says
+// why not port 0).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return ports.FreeAddr(t)
 }
 
 // oneNodeConfig writes the file of a one-node cluster in dir.

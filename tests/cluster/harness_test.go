@@ -15,12 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +26,7 @@ import (
 	"basalt/pkg/api"
 	"basalt/pkg/cluster"
 	"basalt/pkg/nvme/host"
+	"basalt/tests/ports"
 )
 
 var basaltd string // path of the binary built by TestMain
@@ -90,35 +89,11 @@ type testCluster struct {
 	nodes []*node
 }
 
-// handedOut holds the addresses freePort has returned: the kernel may
-// give a port it just freed to the next Listen on port 0, and two nodes'
-// listeners on one port make a node fail to start.
-var handedOut struct {
-	sync.Mutex
-	addrs map[string]bool
-}
-
 // freePort returns a loopback address with a port free right now, never
-// one it returned before.
+// one it returned before (package ports says why not port 0).
 func freePort(t *testing.T) string {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.addrs == nil {
-		handedOut.addrs = map[string]bool{}
-	}
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		_ = ln.Close()
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
+	return ports.FreeAddr(t)
 }
 
 // startCluster starts o.nodes nodes and waits until every one is

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"basalt/tests/ports"
 )
 
 // basaltd's namespace in these tests.
@@ -310,12 +312,9 @@ func (d *daemon) stop() {
 	}
 }
 
+// freePort returns a loopback port free right now (package ports says why
+// not port 0).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports.Free(t)
 }
