@@ -49,6 +49,11 @@ type Group struct {
 	// Published by the loop for readers on other goroutines.
 	leader   atomic.Uint64
 	isLeader atomic.Bool
+	// lease, applied and lastRead let a read barrier pass without the
+	// loop while this node holds a read lease (reads.go, leaseRead).
+	lease    atomic.Pointer[leaseGrant]
+	applied  atomic.Uint64
+	lastRead atomic.Int64 // host clock, Unix ns: the last read served by lease
 	status   struct {
 		sync.Mutex
 		s GroupStatus
@@ -260,6 +265,9 @@ func (g *Group) ReadBarrier(ctx context.Context) error {
 	if err := g.admit(proposalIDSize); err != nil {
 		return err
 	}
+	if g.leaseRead() {
+		return nil
+	}
 	result := make(chan error, 1)
 	r := &readRequest{done: func(err error) { result <- err }}
 	return submitAndWait(ctx, g, g.reads, r, result)
@@ -288,6 +296,10 @@ func submitAndWait[T any](ctx context.Context, g *Group, ch chan<- T, item T, re
 func (g *Group) ReadBarrierAsync(done func(error)) {
 	if err := g.admit(proposalIDSize); err != nil {
 		done(err)
+		return
+	}
+	if g.leaseRead() {
+		done(nil)
 		return
 	}
 	select {

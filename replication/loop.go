@@ -181,6 +181,7 @@ func (c *core) iterate() (bool, error) {
 		}
 	}
 	c.reads.complete(c.applied)
+	c.publishLease()
 	err := c.maybeCompact()
 	c.starved = false
 	if err != nil {
@@ -463,6 +464,7 @@ func (c *core) onSoftState(ss raft.SoftState) {
 	c.g.leader.Store(ss.Lead)
 	c.g.isLeader.Store(c.isLeader)
 	if wasLeader && !c.isLeader {
+		c.g.lease.Store(nil)
 		c.failPending(ErrNoLeader)
 		c.reads.onLostLeadership(c)
 	}
@@ -488,6 +490,7 @@ func (c *core) failPending(err error) {
 // shutdown fails everything pending once the loop has stopped.
 func (c *core) shutdown(err error) {
 	c.ticker.Stop()
+	c.g.lease.Store(nil)
 	for _, p := range c.batch {
 		p.done(err)
 	}
@@ -500,5 +503,6 @@ func (c *core) shutdown(err error) {
 
 func (c *core) transferLeadership(to NodeID) {
 	c.reads.leaseUntil = time.Time{}
+	c.g.lease.Store(nil) // before the transferee may be told to campaign
 	c.rn.TransferLeader(uint64(to))
 }

@@ -72,6 +72,55 @@ func (c *core) leaseReadIndex(now time.Time) (uint64, bool) {
 	return bs.Commit, true
 }
 
+// leaseGrant is a lease the loop publishes for reads on other goroutines:
+// until then (host clock) this node leads, and index, a commit index it
+// had once it had committed an entry of its term, covers every write any
+// leader acknowledged before the grant was published.
+type leaseGrant struct {
+	until time.Time
+	index uint64
+}
+
+// publishLease publishes the loop's lease, with the current commit index,
+// while leaseReadIndex would grant reads one, and the applied index. The
+// lease is withdrawn at once where leadership may go (a new term, lost
+// leadership, a transfer started, the loop stopping); otherwise it lapses
+// at until.
+func (c *core) publishLease() {
+	c.g.applied.Store(c.applied)
+	index, ok := c.leaseReadIndex(c.h.clock.Now())
+	if !ok {
+		if c.g.lease.Load() != nil {
+			c.g.lease.Store(nil)
+		}
+		return
+	}
+	if l := c.g.lease.Load(); l == nil || l.index != index || !l.until.Equal(c.reads.leaseUntil) {
+		c.g.lease.Store(&leaseGrant{until: c.reads.leaseUntil, index: index})
+	}
+}
+
+// leaseRead passes a read barrier on the caller's goroutine, without the
+// loop, when the published lease still runs and the entries it covers are
+// applied here: the same reasoning as queueRead's lease path, where the
+// read index is the commit index under the lease. A write this leader
+// acknowledged later was applied before it was acknowledged, so it is in
+// the local replica too. Anything else goes through the loop.
+func (g *Group) leaseRead() bool {
+	l := g.lease.Load()
+	if l == nil {
+		return false
+	}
+	now := g.host.clock.Now()
+	if !now.Before(l.until) || g.applied.Load() < l.index {
+		return false
+	}
+	if ns := now.UnixNano(); g.lastRead.Load() < ns {
+		g.lastRead.Store(ns)
+	}
+	return true
+}
+
 // startRound asks Raft for a read index for every queued read.
 func (r *readState) startRound(c *core) {
 	if len(r.queue) == 0 {
@@ -97,7 +146,11 @@ func (c *core) maybeRenewLease() {
 		return
 	}
 	now := c.h.clock.Now()
-	if now.Sub(r.lastRead) > lease || r.leaseUntil.Sub(now) > lease/2 {
+	last := r.lastRead
+	if t := time.Unix(0, c.g.lastRead.Load()); t.After(last) {
+		last = t // a read served by the published lease (leaseRead)
+	}
+	if now.Sub(last) > lease || r.leaseUntil.Sub(now) > lease/2 {
 		return
 	}
 	r.newRound(c, nil)
@@ -151,6 +204,7 @@ func (r *readState) complete(applied uint64) {
 
 // onNewTerm drops the lease: it was for another term.
 func (r *readState) onNewTerm(c *core) {
+	c.g.lease.Store(nil)
 	r.leaseUntil, r.leaseTerm = time.Time{}, c.term
 }
 

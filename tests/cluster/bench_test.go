@@ -24,7 +24,9 @@ func TestMeasureIOPS(t *testing.T) {
 	if os.Getenv("BASALT_CLUSTER_BENCH") != "1" {
 		t.Skip("set BASALT_CLUSTER_BENCH=1 to measure")
 	}
-	tc := startCluster(t, opts{nodes: 3, store: true})
+	// A node may hold a replica of all three volumes, each written nearly
+	// full: its drives must hold 3 x 256 MiB (2 data drives' worth each).
+	tc := startCluster(t, opts{nodes: 3, store: true, driveSize: "512MiB"})
 	const size = 256 << 20
 	for rf := 1; rf <= 3; rf++ {
 		v := tc.createVolume(fmt.Sprintf("bench-rf%d", rf), size, rf)
