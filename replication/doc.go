@@ -162,6 +162,14 @@
 // new leader while the old one still serves reads under a lease this node
 // granted before the restart.
 //
+// Under a lease a barrier does not even enter the loop: the loop publishes
+// the lease with the commit index under it (once it has committed an entry
+// in its term) and its applied index after every iteration, and a barrier
+// that finds the lease running and that index applied passes on the
+// caller's goroutine (reads.go, leaseRead). The loop withdraws the
+// published lease before anything that may move leadership takes effect:
+// a new term, lost leadership, a transfer, the loop stopping.
+//
 // # Errors
 //
 // A follower refuses proposals and reads with ErrNotLeader, which wraps
