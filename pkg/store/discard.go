@@ -72,8 +72,9 @@ func (m DiscardMode) discards(d disk.Drive) bool {
 // the ranges meanwhile: in the background, or on the writer goroutine in
 // the synchronous test mode.
 //
-// Only the drives Options.Discard names are told. Discard is best effort: an error is logged and counted, never returned
-// (a drive that reports itself lost is marked failed, as on a read). The
+// Only the drives Options.Discard names are told. Discard is best effort:
+// an error is logged and counted, never returned (a drive that reports
+// itself lost is marked failed, as on a read). The
 // store does not depend on what a discarded range reads back as: a
 // reopened segment is written stripe by stripe, and recovery takes a
 // segment's stripes only while their summaries are intact and of the

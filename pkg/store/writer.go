@@ -330,10 +330,11 @@ func (w *writer) drain() error {
 	for stuck := 0; ; {
 		_, err := w.pack()
 		if errors.Is(err, errNoSegment) {
-			if waited, err := w.awaitFreeing(); err != nil || waited {
-				if err != nil {
-					return err
-				}
+			waited, err := w.awaitFreeing()
+			if err != nil {
+				return err
+			}
+			if waited {
 				continue
 			}
 			did, err := w.cleanNow(true /* pad */)
