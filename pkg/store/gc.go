@@ -37,7 +37,10 @@ func (w *writer) cleanNow(pad bool) (bool, error) {
 	if w.sinceCkpt > 0 && w.awaitingCheckpoint() {
 		return true, w.checkpoint()
 	}
-	victim := w.pickVictim()
+	victim := w.gcNext
+	if w.gcNext = nil; victim == nil || !w.candidate(victim) {
+		victim = w.pickVictim(nil)
+	}
 	if victim == nil {
 		if w.gc.settled() {
 			return false, nil
@@ -65,22 +68,32 @@ func (w *writer) awaitingCheckpoint() bool {
 	return false
 }
 
-// pickVictim chooses the sealed segment to clean by the configured policy;
-// nil if none would free anything.
-func (w *writer) pickVictim() *segment {
+// candidate reports whether cleaning g would free anything: a sealed
+// segment, not broken, not cleaned already, with some but not all of its
+// blocks live.
+func (w *writer) candidate(g *segment) bool {
+	if g.getState() != meta.SegmentSealed || g.broken || g.cleaning {
+		return false
+	}
+	live := g.live.Load()
+	return live > 0 && live < g.capacity()
+}
+
+// capacity returns the blocks the segment's written stripes hold.
+func (g *segment) capacity() int64 {
+	return int64(g.written.Load()) * int64(g.geom.Load().shape.slots)
+}
+
+// pickVictim chooses the segment to clean by the configured policy, other
+// than except; nil if none would free anything.
+func (w *writer) pickVictim(except *segment) *segment {
 	var best *segment
 	bestScore := 0.0
 	for _, g := range w.s.segs {
-		if g.getState() != meta.SegmentSealed || g.broken || g.cleaning {
+		if g == except || !w.candidate(g) {
 			continue
 		}
-		geom := g.geom.Load()
-		capacity := int64(g.written.Load()) * int64(geom.shape.slots)
-		live := g.live.Load()
-		if live <= 0 || live >= capacity {
-			continue
-		}
-		u := float64(live) / float64(capacity)
+		u := float64(g.live.Load()) / float64(g.capacity())
 		score := 1 - u
 		if w.s.opts.GCPolicy == GCCostBenefit {
 			age := float64(w.nextSeq-g.sealSeq) + 1
@@ -141,14 +154,11 @@ func (w *writer) relocate(g *segment, pad bool) error {
 	var sum summary
 	var lost error
 	written := int(g.written.Load())
-	defer w.gcRead.forget()
 	for j := range written {
 		if g.live.Load() == 0 {
 			break
 		}
-		if !w.gcRead.loaded(g, geom, j) {
-			w.readStripes(g, geom, j, written)
-		}
+		w.load(g, geom, j, written)
 		if err := w.summaryOf(g, geom, j, &sum); err != nil {
 			g.broken, lost = true, err
 			continue

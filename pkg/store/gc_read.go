@@ -10,95 +10,132 @@ import (
 // segment it reads from each drive in one pass.
 const gcReadBytes = 2 << 20
 
-// readAhead is the cleaner's copy of the data chunks of a run of
-// consecutive stripes of the segment it is cleaning: every data chunk of
-// the run, one I/O per run of consecutive data chunks in a column, all at
-// once. Parity chunks are not read: the cleaner moves data, and parity is
-// needed only for a chunk that cannot be read, which is then reconstructed
-// block by block. Reading chunk by chunk, each read waiting for the one
-// before, made the drives' latency, not their bandwidth, the bound on
-// cleaning; reading parity too made the drives move a third more bytes
-// (2+1) than the cleaner uses.
+// readAhead is the cleaner's copy of the data chunks of runs of
+// consecutive stripes of the segments it cleans, in two slots: the run the
+// cleaner relocates from, and the next one (the rest of the victim, or the
+// start of the next victim), read in the background meanwhile.
+//
+// A slot is filled with every data chunk of its run at once, one I/O per
+// run of consecutive data chunks in a column. Parity chunks are not read:
+// the cleaner moves data, and parity is needed only for a chunk that cannot
+// be read, which is then reconstructed block by block. Reading chunk by
+// chunk, each read waiting for the one before, made the drives' latency the
+// bound on cleaning; reading parity too made the drives move a third more
+// bytes (3+1) than the cleaner uses; and reading while the writer waited
+// left the writer idle for a quarter of a random-write run.
+//
+// A slot names the segment life (gen) it was read from; the writer
+// goroutine, which alone frees and reopens segments, uses a slot only while
+// that life lasts, so a read that raced with a reuse is never used.
 type readAhead struct {
+	slots [2]raSlot
+	cur   int // the slot relocate reads from
+	ahead int // loads served by a slot read ahead (for tests)
+}
+
+// raSlot is one run of stripes of one segment.
+type raSlot struct {
 	seg      *segment
 	gen      uint32
-	first, n int      // stripes [first, first+n) are loaded
+	first, n int      // stripes [first, first+n)
 	cols     [][]byte // per segment column: room for the run's chunks
 	have     [][]bool // per segment column, per stripe of the run: chunk read
 	bufs     [][]byte
 	runs     []chunkRun
+	reading  sync.WaitGroup // the slot's reads in flight
 }
 
-// chunkRun is one read of the read-ahead: stripes [first, first+n) of
-// segment column col, all data chunks there.
+// chunkRun is one read of a slot: stripes [first, first+n) of segment
+// column col, all data chunks there.
 type chunkRun struct {
 	col, first, n int
 	ok            bool
 }
 
-// stripesPerRead is how many stripes one read-ahead holds.
+// stripesPerRead is how many stripes one slot holds.
 func (w *writer) stripesPerRead() int { return max(1, gcReadBytes/w.s.lay.chunkSize) }
 
-// loaded reports whether stripe j of g (this life of it) is in the read-ahead.
-func (ra *readAhead) loaded(g *segment, geom *segGeom, j int) bool {
-	return ra.seg == g && ra.gen == geom.gen && j >= ra.first && j < ra.first+ra.n
+// holds reports whether the slot holds stripe j of g in this life.
+func (sl *raSlot) holds(g *segment, geom *segGeom, j int) bool {
+	return sl.seg == g && sl.gen == geom.gen && j >= sl.first && j < sl.first+sl.n
 }
 
-// readStripes loads the data chunks of stripes from first of g, up to
-// written, into the read-ahead. A chunk whose read fails is left out; it is
-// then read, or reconstructed, one by one as before.
-func (w *writer) readStripes(g *segment, geom *segGeom, first, written int) {
+// load makes the current slot hold stripe j of g (written stripes in all):
+// from the slot read ahead if it holds it, else by reading now. Then it
+// starts reading what the cleaner needs next in the other slot: the rest of
+// g, or else the first stripes of the victim after g.
+func (w *writer) load(g *segment, geom *segGeom, j, written int) {
 	ra := &w.gcRead
+	if ra.slots[ra.cur].holds(g, geom, j) {
+		return
+	}
+	ra.cur = 1 - ra.cur
+	sl := &ra.slots[ra.cur]
+	sl.reading.Wait()
+	if sl.holds(g, geom, j) {
+		ra.ahead++
+	} else {
+		w.fill(sl, g, geom, j, written)
+		sl.reading.Wait()
+	}
+	w.readNext(g, geom, sl.first+sl.n, written)
+}
+
+// readNext starts reading, into the slot not in use, stripes from next of
+// g, or when g has no more the start of the victim the cleaner will take
+// after g (writer.gcNext).
+func (w *writer) readNext(g *segment, geom *segGeom, next, written int) {
+	ra := &w.gcRead
+	sl := &ra.slots[1-ra.cur]
+	sl.reading.Wait()
+	if next < written {
+		w.fill(sl, g, geom, next, written)
+		return
+	}
+	w.gcNext = w.pickVictim(g)
+	if v := w.gcNext; v != nil {
+		w.fill(sl, v, v.geom.Load(), 0, int(v.written.Load()))
+	}
+}
+
+// fill starts reading the data chunks of stripes from first of g, up to
+// written, into sl; sl.reading is done when they are in. A chunk whose read
+// fails is left out: it is then read, or reconstructed, one by one.
+func (w *writer) fill(sl *raSlot, g *segment, geom *segGeom, first, written int) {
 	size := w.s.lay.chunkSize
 	n := min(written-first, w.stripesPerRead())
 	sh := geom.shape
 	width := sh.width()
-	for len(ra.bufs) < width {
-		ra.bufs = append(ra.bufs, disk.AlignedBuffer(w.stripesPerRead()*size))
+	for len(sl.bufs) < width {
+		sl.bufs = append(sl.bufs, disk.AlignedBuffer(w.stripesPerRead()*size))
+		sl.have = append(sl.have, make([]bool, w.stripesPerRead()))
 	}
-	for len(ra.have) < width {
-		ra.have = append(ra.have, make([]bool, w.stripesPerRead()))
-	}
-	ra.cols = ra.cols[:0]
+	sl.cols = sl.cols[:0]
 	for c := range width {
-		ra.cols = append(ra.cols, ra.bufs[c][:n*size])
-		clear(ra.have[c])
+		sl.cols = append(sl.cols, sl.bufs[c][:n*size])
+		clear(sl.have[c])
 	}
-	ra.runs = dataRuns(ra.runs[:0], sh, first, n)
+	sl.seg, sl.gen, sl.first, sl.n = g, geom.gen, first, n
+	sl.runs = dataRuns(sl.runs[:0], sh, first, n)
 	base := w.s.lay.chunkOffset(g.id, first)
-	w.readRuns(geom, base, ra.runs, func(r chunkRun) []byte {
-		rel := r.first - first
-		return ra.cols[r.col][rel*size : (rel+r.n)*size]
-	})
-	for _, r := range ra.runs {
-		for j := r.first; r.ok && j < r.first+r.n; j++ {
-			ra.have[r.col][j-first] = true
+	for i := range sl.runs {
+		if w.s.opts.synchronous {
+			w.readRun(sl, geom, base, i)
+			continue
 		}
+		sl.reading.Go(func() { w.readRun(sl, geom, base, i) })
 	}
-	ra.seg, ra.gen, ra.first, ra.n = g, geom.gen, first, n
 }
 
-// readRuns reads every run at once into the buffer buf gives it, from the
-// stripe at base onwards, and records which reads succeeded.
-func (w *writer) readRuns(geom *segGeom, base int64, runs []chunkRun, buf func(chunkRun) []byte) {
-	size := int64(w.s.lay.chunkSize)
-	first := runs[0].first
-	read := func(i int) {
-		r := &runs[i]
-		off := base + int64(r.first-first)*size
-		r.ok = w.s.readDrive(geom.columns[r.col], buf(*r), off) == nil
+// readRun reads run i of sl (the slot's stripes start at base).
+func (w *writer) readRun(sl *raSlot, geom *segGeom, base int64, i int) {
+	size := w.s.lay.chunkSize
+	r := &sl.runs[i]
+	rel := r.first - sl.first
+	err := w.s.readDrive(geom.columns[r.col], sl.cols[r.col][rel*size:(rel+r.n)*size], base+int64(rel*size))
+	for j := rel; err == nil && j < rel+r.n; j++ {
+		sl.have[r.col][j] = true
 	}
-	if w.s.opts.synchronous {
-		for i := range runs {
-			read(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for i := range runs {
-		wg.Go(func() { read(i) })
-	}
-	wg.Wait()
 }
 
 // dataRuns appends to runs, for each segment column, the runs of
@@ -122,18 +159,23 @@ func dataRuns(runs []chunkRun, sh *shape, first, n int) []chunkRun {
 	return runs
 }
 
-// chunk returns the loaded copy of segment column c's chunk of stripe j,
-// or nil.
+// chunk returns the current slot's copy of segment column c's chunk of
+// stripe j, or nil.
 func (ra *readAhead) chunk(c, j, size int) []byte {
-	if j < ra.first || j >= ra.first+ra.n || c >= len(ra.cols) || !ra.have[c][j-ra.first] {
+	sl := &ra.slots[ra.cur]
+	if j < sl.first || j >= sl.first+sl.n || c >= len(sl.cols) || !sl.have[c][j-sl.first] {
 		return nil
 	}
-	rel := j - ra.first
-	return ra.cols[c][rel*size : (rel+1)*size]
+	rel := j - sl.first
+	return sl.cols[c][rel*size : (rel+1)*size]
 }
 
-// forget drops the read-ahead, whose segment is being freed or reused.
-func (ra *readAhead) forget() { ra.seg = nil }
+// wait waits for the reads in flight (the writer is stopping).
+func (ra *readAhead) wait() {
+	for i := range ra.slots {
+		ra.slots[i].reading.Wait()
+	}
+}
 
 // summaryOf decodes stripe j's summary from a loaded copy, trying each
 // column's; it falls back to reading it from the drives.

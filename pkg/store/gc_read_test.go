@@ -1,6 +1,9 @@
 package store
 
-import "testing"
+import (
+	"math/rand/v2"
+	"testing"
+)
 
 // TestDataRunsCoverDataChunksOnly checks that the cleaner's read-ahead
 // reads every data chunk of the stripes it loads exactly once and no parity
@@ -37,4 +40,43 @@ func TestDataRunsCoverDataChunksOnly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestCleanerReadsAhead churns a volume at 70% fill and checks that the
+// cleaner relocated from stripes it had read ahead (the rest of a victim,
+// or the next victim), and that every block still reads back, before and
+// after a restart.
+func TestCleanerReadsAhead(t *testing.T) {
+	cfg := defaultRigConfig()
+	cfg.opts.synchronous = true
+	cfg.opts.GCPolicy = GCGreedy
+	r := newRig(t, cfg)
+	n := int(r.s.Stats().CapacityBytes/BlockSize) * 7 / 10
+	v, err := r.s.CreateVolume("a", int64(n)*BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]uint64, n)
+	rng := rand.New(rand.NewPCG(5, 7))
+	for i := range 4 * n {
+		lba := i % n
+		if i >= n {
+			lba = rng.IntN(n)
+		}
+		want[lba] = uint64(i + 1)
+		writeTags(t, v, uint64(lba), want[lba])
+		if i%8 == 0 {
+			r.s.w.work()
+		}
+	}
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := r.s.Stats(); st.GCRuns == 0 || r.s.w.gcRead.ahead == 0 {
+		t.Fatalf("%d cleaner runs, %d relocations from stripes read ahead", st.GCRuns, r.s.w.gcRead.ahead)
+	}
+	checkAll(t, v, want)
+	r.reopen()
+	v, _ = r.s.Volume("a")
+	checkAll(t, v, want)
 }

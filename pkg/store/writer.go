@@ -111,7 +111,8 @@ type writer struct {
 	// order they were flushed (their stripes' sequence order).
 	flights []*flight
 	gcRead  readAhead
-	rows    segRows // segment rows on their way to the metadata
+	gcNext  *segment // the victim after the one being cleaned, read ahead
+	rows    segRows  // segment rows on their way to the metadata
 	ckptBuf []byte
 
 	stop chan struct{}
@@ -144,6 +145,7 @@ func (w *writer) run() {
 		case <-w.stop:
 			w.err = w.finish()
 			w.waitDiscards()
+			w.gcRead.wait()
 			return
 		case c := <-w.s.cmds:
 			w.handle(c)
