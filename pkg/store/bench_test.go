@@ -30,7 +30,9 @@ import (
 // Raw: the same kind of files, fully written first, 4 KiB O_DIRECT I/O at
 // random offsets of random files from benchQueueDepth goroutines. Fio: fio
 // with io_uring, O_DIRECT, the same files and queue depth (skipped when fio
-// is not installed). Each reports IOPS.
+// is not installed). Each reports IOPS. The drives' bandwidth ceilings,
+// for the store's stripe writes and for the cleaner's reads beside them:
+// BenchmarkFioSequentialWrite1M and BenchmarkFioMixed1M (MiB/s).
 const (
 	benchDriveSize  = 512 << 20
 	benchDrives     = 4
@@ -132,6 +134,7 @@ func randomWrites(b *testing.B, s *Store) {
 		b.Fatal(err)
 	}
 	blocks := uint64(benchVolumeSize / BlockSize)
+	rd0, wr0 := processIO(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -142,6 +145,8 @@ func randomWrites(b *testing.B, s *Store) {
 		b.Fatal(err)
 	}
 	reportIOPS(b, start)
+	rd1, wr1 := processIO(b)
+	b.ReportMetric(float64(rd1-rd0+wr1-wr0)/(1<<20)/time.Since(start).Seconds(), "driveMiB/s")
 	st := s.Stats()
 	b.ReportMetric(st.WriteAmplification, "WA")
 	if st.DestagedBlocks > 0 {
@@ -255,7 +260,11 @@ func BenchmarkRawRandomWrite4K(b *testing.B) { rawRandom(b, true) }
 // with O_DIRECT: the baseline for BenchmarkRandomRead4K.
 func BenchmarkRawRandomRead4K(b *testing.B) { rawRandom(b, false) }
 
-func fioRandom(b *testing.B, rw string) {
+func fioRandom(b *testing.B, rw string) { runFio(b, rw, "4k", benchQueueDepth) }
+
+// runFio runs fio on the raw files for 5 seconds and reports its IOPS and
+// MiB/s.
+func runFio(b *testing.B, rw, bs string, qd int) {
 	if _, err := exec.LookPath("fio"); err != nil {
 		b.Skip("fio is not installed")
 	}
@@ -263,23 +272,38 @@ func fioRandom(b *testing.B, rw string) {
 	b.ResetTimer()
 	out, err := exec.Command("fio", "--name=raw", "--filename="+strings.Join(paths, ":"),
 		fmt.Sprintf("--size=%d", benchDrives*benchDriveSize), "--ioengine=io_uring", "--direct=1",
-		"--rw="+rw, "--bs=4k", fmt.Sprintf("--iodepth=%d", benchQueueDepth), "--runtime=5", "--time_based",
+		"--rw="+rw, "--bs="+bs, fmt.Sprintf("--iodepth=%d", qd), "--runtime=5", "--time_based",
 		"--output-format=json").Output()
 	if err != nil {
 		b.Skipf("fio: %v", err)
 	}
+	type side struct {
+		IOPS float64 `json:"iops"`
+		BW   float64 `json:"bw"` // KiB/s
+	}
 	var result struct {
 		Jobs []struct {
-			Read  struct{ IOPS float64 } `json:"read"`
-			Write struct{ IOPS float64 } `json:"write"`
+			Read  side `json:"read"`
+			Write side `json:"write"`
 		} `json:"jobs"`
 	}
 	if err := json.Unmarshal(out, &result); err != nil || len(result.Jobs) == 0 {
 		b.Fatalf("fio output: %v", err)
 	}
-	iops := result.Jobs[0].Read.IOPS + result.Jobs[0].Write.IOPS
-	b.ReportMetric(iops, "IOPS")
+	job := result.Jobs[0]
+	b.ReportMetric(job.Read.IOPS+job.Write.IOPS, "IOPS")
+	b.ReportMetric((job.Read.BW+job.Write.BW)/1024, "MiB/s")
 }
+
+// BenchmarkFioSequentialWrite1M is the drive files' bandwidth ceiling for
+// the store's stripe writes: fio writing 1 MiB sequentially at queue depth
+// 8. Compare BenchmarkRandomWrite4K's driveMiB/s (bytes the store moved to
+// and from the drives per second) with it.
+func BenchmarkFioSequentialWrite1M(b *testing.B) { runFio(b, "write", "1m", 8) }
+
+// BenchmarkFioMixed1M is the ceiling once the cleaner runs: fio reading
+// and writing 1 MiB at once (half each, sequential streams, queue depth 8).
+func BenchmarkFioMixed1M(b *testing.B) { runFio(b, "rw", "1m", 8) }
 
 // BenchmarkFioRandomWrite4K runs fio (io_uring, O_DIRECT) on the same kind
 // of files: 4 KiB random writes, queue depth benchQueueDepth, 5 seconds.
