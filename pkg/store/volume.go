@@ -343,14 +343,18 @@ func (s *Store) admitWithHeadroom(v *volume, lba uint64, n int, headroom int64) 
 	if err := s.Err(); err != nil {
 		return fmt.Errorf("%w: %w", backend.ErrWriteFault, err)
 	}
+	used := s.counters.mappedBlocks.Load() + s.counters.pendingFresh.Load()
+	capacity := s.capacityBlocks() - headroom
+	if used+int64(n) <= capacity {
+		return nil // even if every block is fresh: no need to look them up
+	}
 	fresh := int64(0)
 	for i := range uint64(n) {
 		if !v.lmap.get(lba + i).mapped() {
 			fresh++
 		}
 	}
-	used := s.counters.mappedBlocks.Load() + s.counters.pendingFresh.Load()
-	if capacity := s.capacityBlocks() - headroom; fresh > 0 && used+fresh > capacity {
+	if fresh > 0 && used+fresh > capacity {
 		return fmt.Errorf("%w: %d blocks in use or buffered, capacity %d (%d kept free)",
 			backend.ErrNoSpace, used, capacity+headroom, headroom)
 	}
