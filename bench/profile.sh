@@ -45,8 +45,11 @@ timeout $((RAMP + RUNTIME + 60)) "$BIN/basalt-bench" run "${dev[@]}" --preset "$
 bpid=$!
 sleep "$RAMP"
 log "perf record -F $FREQ -g -p $pids for $RUNTIME s"
+switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }'; }
+sw0=(); for p in "${SYS_PIDS[@]}"; do sw0+=("$(switches "$p")"); done
 perf record -F "$FREQ" -g -p "$pids" -o "$WORK/perf.data" -- sleep "$RUNTIME" 2>"$RAW/perf.err" >&2
 wait "$bpid" || die "basalt-bench failed or hung: $(tail -2 "$RAW/bench.txt"); node logs in $RAW after teardown"
+sw1=(); for p in "${SYS_PIDS[@]}"; do sw1+=("$(switches "$p")"); done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 set +o pipefail # head closes perf's pipes below
 
@@ -79,6 +82,17 @@ by_package() {
 	perf script -i "$WORK/perf.data" -F pid 2>/dev/null | awk -v pids="${SYS_PIDS[*]}" '
 		{ n[$1]++; t++ } END { k = split(pids, p, " "); for (i = 1; i <= k; i++)
 			printf "  node%d (pid %s)  %5.1f%%\n", i, p[i], 100 * n[p[i]] / (t ? t : 1) }'
+	echo
+	echo "## thread context switches per I/O (voluntary + involuntary, all threads, over the profiled window)"
+	iops=$(awk 'END { gsub(",", "", $7); print $7 + 0 }' "$RAW/bench.txt")
+	for i in 0 1 2; do
+		awk -v n=$((i + 1)) -v d=$((sw1[i] - sw0[i])) -v iops="$iops" -v t="$RUNTIME" \
+			'BEGIN { printf "  node%d  %6.2f  (%d/s)\n", n, (iops > 0 ? d / (iops * t) : 0), d / t }'
+	done
+	echo
+	echo "## Go runtime, inclusive: the monitor thread, idle threads looking for work, allocation, collection"
+	perf report -i "$WORK/perf.data" --children --sort sym --stdio -g none 2>/dev/null |
+		grep -E '\] (runtime\.(sysmon|findRunnable|mallocgc|gcBgMarkWorker|usleep\.abi0|futex\.abi0))$' | head -8
 	echo
 	echo "## self time by package (kernel split by subsystem)"
 	by_package
