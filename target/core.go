@@ -159,7 +159,7 @@ func (sq *SQ) icdLimit(r *Request) int {
 func (sq *SQ) Init(r *Request) bool {
 	r.sq = sq
 	r.execute = nil
-	r.async = false
+	r.async, r.worker = false, false
 	r.ns = nil
 	r.errLoc = noErrLoc
 	r.Dir, r.TransferLen, r.DataLen = DirNone, 0, 0
@@ -272,6 +272,14 @@ func (sq *SQ) ExecutesInline(r *Request) bool {
 	return sq.work != nil && r.ns != nil && r.ns.inline && !r.Cmd.IsFabrics()
 }
 
+// CompletesOnWorker reports whether r, while QueueOps.QueueResponse(r) is
+// being called, completes on one of the queue's workers: a goroutine that
+// may block on the network, so the transport may write the response (and
+// others queued) on it instead of handing it to a goroutine of its own.
+// False for completions on the receive goroutine (inline execution) or on a
+// backend's (asynchronous writes).
+func (sq *SQ) CompletesOnWorker(r *Request) bool { return r.worker }
+
 // dispatch hands r to an idle worker, starting one if none is idle and
 // fewer than Depth run. Every request sent has a worker that will receive
 // it and is not busy with another, so none waits behind a blocked backend
@@ -299,12 +307,14 @@ func (sq *SQ) worker() {
 	for {
 		select {
 		case r := <-sq.work:
+			r.worker = true
 			r.execute(r)
 			sq.idle.Add(1)
 		case <-sq.quit:
 			for {
 				select {
 				case r := <-sq.work:
+					r.worker = true
 					r.execute(r)
 				default:
 					return

@@ -59,6 +59,7 @@ type Request struct {
 	sq      *SQ            // the queue the request arrived on
 	errLoc  uint16         // Parameter Error Location (SQE byte offset) of a failure
 	async   bool           // execute returns before completion: no worker needed
+	worker  bool           // executed by a worker, which completes it
 	state   atomic.Uint32  // reqFree → reqActive → reqDone: completed once
 }
 
@@ -67,7 +68,8 @@ type Request struct {
 type QueueOps interface {
 	// QueueResponse hands a completed request back to the transport. The
 	// core calls it exactly once per request that was passed to Init, from
-	// any goroutine. It must not block on the network.
+	// any goroutine. It must not block on the network, unless
+	// SQ.CompletesOnWorker(r).
 	QueueResponse(r *Request)
 	// Close tears the queue's connection down (controller reset, keep-alive
 	// expiry, shutdown). It may be called from any goroutine, more than once,

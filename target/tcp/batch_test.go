@@ -105,3 +105,46 @@ func TestInCapsuleDataLentInPlace(t *testing.T) {
 		})
 	}
 }
+
+// A response completed on a goroutine that may block (the core's worker)
+// is written by that goroutine when nobody else is writing: at queue depth
+// 1 a read is answered without waking the send goroutine. The data read
+// back is what was written.
+func TestWorkerWritesItsResponse(t *testing.T) {
+	s := startServer(t, testOptions(), func(c *fakeCore) { c.async = true })
+	h, _ := s.dial(t)
+	h.icreq(0)
+	h.connect(1, 127, 0)
+	q := s.onlyQueue(t)
+	const n = 20
+	for i := range n {
+		c := rwCmd(h, nvme.IOWrite, uint64(i*2), 2, nvme.SGLDataBlockOffset)
+		h.sendCapsule(&c, pattern(2*fakeBlockSize, byte(i)))
+		if cpl := h.expectResp(c.CID()); !cpl.Status.Success() {
+			t.Fatalf("write %d: %v", i, cpl.Status)
+		}
+	}
+	for i := range n {
+		c := rwCmd(h, nvme.IORead, uint64(i*2), 2, nvme.SGLTransportDataBlock)
+		h.sendCapsule(&c, nil)
+		var got []byte
+		for {
+			p := h.readPDU()
+			if p.ch.Type == nvme.PDUCapsuleResp {
+				break
+			}
+			got = append(got, p.data...)
+		}
+		if !bytes.Equal(got, pattern(2*fakeBlockSize, byte(i))) {
+			t.Fatalf("read %d: %d bytes, not what was written", i, len(got))
+		}
+	}
+	h.c.Close()
+	s.l.Wait()
+	// Not every one: the receiver, about to wait for the next command, may
+	// wake the send goroutine first when it sees the response queued.
+	if q.send.inlineBatches == 0 {
+		t.Fatalf("no send list written by the completing goroutine for %d commands at queue depth 1", 2*n)
+	}
+	t.Logf("%d of %d responses (the Connect's and %d I/O) written by the completing goroutine", q.send.inlineBatches, 2*n+1, 2*n)
+}

@@ -165,6 +165,10 @@ func (c *fakeCore) ExecutesInline(r *target.Request) bool {
 	return c.lend && !c.async && !c.mixed && c.hold.Load() == nil && r.Cmd.Opcode() != nvme.OpcodeFabrics
 }
 
+// CompletesOnWorker: requests the fake runs on goroutines of its own (async
+// mode) complete where blocking is allowed.
+func (c *fakeCore) CompletesOnWorker(r *target.Request) bool { return c.async && c.hold.Load() == nil }
+
 func (c *fakeCore) execute(r *target.Request) {
 	r.Cpl = nvme.Completion{CID: r.Cmd.CID(), SQID: c.QID(), SQHD: 7}
 	switch op := r.Cmd.Opcode(); op {

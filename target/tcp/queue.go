@@ -28,6 +28,9 @@ type queueCore interface {
 	// returns, without keeping r.Data: in-capsule data may then be lent
 	// to it in place, from the read buffer.
 	ExecutesInline(r *target.Request) bool
+	// CompletesOnWorker reports whether r, in QueueResponse, completes on
+	// a goroutine of the core's that may block on the network.
+	CompletesOnWorker(r *target.Request) bool
 	// Release tells the core the connection is gone. Idempotent.
 	Release()
 	QID() uint16
@@ -132,7 +135,14 @@ type queue struct {
 	// waits for it, so every Execute has completed before the queue is gone.
 	inflight sync.WaitGroup
 
-	send sender // send-goroutine state (see send.go)
+	// sendMu is held by whoever writes to the connection: the send
+	// goroutine, or a worker writing the send list itself (sendInline).
+	// It guards send.
+	sendMu sync.Mutex
+	// sendReady is set once the send goroutine has set send up after the
+	// handshake: only then may a worker write.
+	sendReady atomic.Bool
+	send      sender // the sending state (see send.go)
 }
 
 func newQueue(conn net.Conn, newCore coreFactory, opts *Options) *queue {
@@ -230,6 +240,7 @@ func (q *queue) logEnd(err error) {
 // completion of one request panics (a core bug).
 func (q *queue) QueueResponse(r *target.Request) {
 	s := q.slotOf(r)
+	inline := q.core.CompletesOnWorker(r) && q.sendReady.Load()
 	for {
 		switch st := s.loadState(); st {
 		case slotInCore, slotAwaitingData:
@@ -237,6 +248,10 @@ func (q *queue) QueueResponse(r *target.Request) {
 				continue
 			}
 			s.kind = sendResponse
+			if inline {
+				q.sendInline(s)
+				return
+			}
 			q.push(s)
 			q.inflight.Done()
 			return
@@ -287,11 +302,21 @@ func (q *queue) slotOf(r *target.Request) *slot {
 // push links s into the send list and wakes the sender, unless the
 // receiver is busy and will wake it before it blocks (recvIdle).
 func (q *queue) push(s *slot) {
+	// Pairs with recvIdle: either it finds s on the list, or this load
+	// sees its store of false.
+	if q.link(s) && !q.recvBusy.Load() {
+		notify(q.respReady)
+	}
+}
+
+// link appends s to the send list; false if the queue is closed (s is
+// then dropped).
+func (q *queue) link(s *slot) bool {
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.mu.closed {
-		q.mu.Unlock()
 		s.setState(slotFree)
-		return
+		return false
 	}
 	if q.mu.tail == nil {
 		q.mu.head = s
@@ -299,12 +324,30 @@ func (q *queue) push(s *slot) {
 		q.mu.tail.next = s
 	}
 	q.mu.tail = s
-	q.mu.Unlock()
-	// Pairs with recvIdle: either it finds s on the list, or this load
-	// sees its store of false.
-	if !q.recvBusy.Load() {
-		notify(q.respReady)
+	return true
+}
+
+// sendInline is push for a completion on a goroutine that may block on
+// the network (a worker): if nobody is writing, it writes the send list
+// itself, sparing the send goroutine's wake-up (the hand-off that
+// otherwise follows every read); else it wakes the send goroutine, as
+// whoever is writing may have taken the list before s joined it. The
+// request counts as handed over before the write, so that teardown's wait
+// for executing requests never waits for the network (DrainTimeout bounds
+// the send goroutine's final drain, which waits for this write).
+func (q *queue) sendInline(s *slot) {
+	if !q.link(s) {
+		q.inflight.Done()
+		return
 	}
+	q.inflight.Done()
+	if !q.sendMu.TryLock() {
+		notify(q.respReady)
+		return
+	}
+	q.send.inlineBatches++
+	q.send.sendBatch()
+	q.sendMu.Unlock()
 }
 
 // recvIdle is called by the receive goroutine before anything that may

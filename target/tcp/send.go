@@ -18,7 +18,8 @@ const (
 	pduArenaMax = 128 + nvme.DigestSize
 )
 
-// sender is the send goroutine's state (≈ nvmet's send path with its
+// sender is the sending state, used under queue.sendMu by the send
+// goroutine or a worker (queue.sendInline) (≈ nvmet's send path with its
 // NVMET_TCP_SEND_* states folded into one pass per slot). It turns queued
 // slots into PDUs — header bytes in a per-queue arena, data by reference to
 // the slot buffers — and writes each batch with one gathered write
@@ -35,9 +36,10 @@ type sender struct {
 	// dead is set once nothing more may be written: a write failed or a
 	// C2HTermReq was sent.
 	dead bool
-	// writes counts the gathered writes issued (read by tests once the
-	// sender has exited).
-	writes int
+	// writes counts the gathered writes issued, inlineBatches the send
+	// lists a worker wrote itself (read by tests once the sender has
+	// exited).
+	writes, inlineBatches int
 
 	// Negotiated at ICReq time.
 	hdgst, ddgst bool
@@ -68,14 +70,21 @@ func (q *queue) sendLoop() {
 		return
 	}
 	w := &q.send
+	q.sendMu.Lock()
 	w.hdgst, w.ddgst = q.hdgst, q.ddgst
 	w.pdoAlign = (int(q.hpda) + 1) * 4
+	q.sendMu.Unlock()
+	q.sendReady.Store(true)
 	for {
 		select {
 		case <-q.respReady:
+			q.sendMu.Lock()
 			w.sendBatch()
+			q.sendMu.Unlock()
 		case <-q.stopSender:
+			q.sendMu.Lock()
 			w.sendBatch()
+			q.sendMu.Unlock()
 			return
 		}
 	}
