@@ -13,11 +13,16 @@
 //   - the receive goroutine runs the receive state machine and owns the
 //     connection's lifecycle (handshake, teardown);
 //   - the send goroutine writes everything else: R2Ts, C2HData, CapsuleResps
-//     and the C2HTermReq of a fatal error.
+//     and the C2HTermReq of a fatal error (a worker of the core's may write
+//     the responses instead, see below).
 //
 // The core completes commands from any goroutine with QueueResponse, which
 // links the command's slot into an intrusive FIFO and never blocks: a slot is
-// on the list at most once, so the list is bounded by the slot count. The
+// on the list at most once, so the list is bounded by the slot count. One
+// exception: a command completed on one of the core's workers, which may
+// block (SQ.CompletesOnWorker), is written by that worker itself when nobody
+// else is writing (queue.sendMu), which spares the send goroutine's wake-up
+// for every read; otherwise the worker wakes the send goroutine. The
 // sender takes the whole list, encodes PDU headers into a per-queue arena,
 // references data in the slot buffers, and writes the batch with one
 // gathered write (writev). Nothing is allocated per command once every slot
