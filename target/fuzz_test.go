@@ -1,6 +1,7 @@
 package target
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -139,6 +140,20 @@ func BenchmarkDispatch(b *testing.B) {
 			b.Run(name, func(b *testing.B) { benchmarkDispatch(b, withNamespace3(mem), rwCmd(op, path.nsid, 7, 0, 4096)) })
 		}
 	}
+	b.Run("async/write-4k", func(b *testing.B) {
+		benchmarkDispatch(b, withNamespace3(immediateAsync{mem}), rwCmd(nvme.IOWrite, 3, 7, 0, 4096))
+	})
+}
+
+// immediateAsync offers a backend's writes asynchronously
+// (backend.AsyncWriter), completing each before WriteAtAsync returns: the
+// target's side of the asynchronous write path, alone.
+type immediateAsync struct{ backend.Backend }
+
+func (b immediateAsync) AsyncWrites() bool { return true }
+
+func (b immediateAsync) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done func(error)) {
+	done(b.WriteAt(context.Background(), p, off, f))
 }
 
 // benchmarkDispatch runs cmd to completion b.N times on a fresh I/O queue.

@@ -129,9 +129,15 @@ func executeWrite(r *Request) {
 // backend calls back, on whichever goroutine it does. r.Data stays the
 // slot's own buffer until then (SQ.ExecutesInline is false for it).
 func executeWriteAsync(r *Request) {
-	n := r.TransferLen
-	r.ns.aw.WriteAtAsync(r.Data[:n], r.offset(), r.writeFlags(), func(err error) { r.writeDone(n, err) })
+	if r.asyncDone == nil {
+		r.asyncDone = r.asyncWriteDone // once per request slot: no allocation per write
+	}
+	r.ns.aw.WriteAtAsync(r.Data[:r.TransferLen], r.offset(), r.writeFlags(), r.asyncDone)
 }
+
+// asyncWriteDone completes an asynchronous write (TransferLen is unchanged
+// until r completes).
+func (r *Request) asyncWriteDone(err error) { r.writeDone(r.TransferLen, err) }
 
 func (r *Request) writeFlags() backend.WriteFlags {
 	if r.Cmd.CDW(12)&nvme.RWFUA != 0 || !r.sq.ctrl.Load().wce.Load() {

@@ -61,6 +61,9 @@ type Request struct {
 	async   bool           // execute returns before completion: no worker needed
 	worker  bool           // executed by a worker, which completes it
 	state   atomic.Uint32  // reqFree → reqActive → reqDone: completed once
+	// asyncDone is r.asyncWriteDone, made once for the life of r (Init
+	// keeps it): the callback of every asynchronous write r carries.
+	asyncDone func(error)
 }
 
 // QueueOps is what the core needs from a transport queue (≈ struct
