@@ -1,7 +1,6 @@
 package store
 
 import (
-	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
@@ -42,16 +41,7 @@ func TestSlowDiscardNeverHitsAReopenedSegment(t *testing.T) {
 			}
 		}
 	}()
-	want := make([]uint64, n)
-	rng := rand.New(rand.NewPCG(7, 7))
-	for i := range 4 * n {
-		lba := i % n
-		if i >= n {
-			lba = rng.IntN(n)
-		}
-		writeTags(t, v, uint64(lba), uint64(i+1))
-		want[lba] = uint64(i + 1)
-	}
+	want := overwriteTags(t, v, n, 7, nil)
 	if err := r.s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

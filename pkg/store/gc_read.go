@@ -47,10 +47,7 @@ type raSlot struct {
 
 // chunkRun is one read of a slot: stripes [first, first+n) of segment
 // column col, all data chunks there.
-type chunkRun struct {
-	col, first, n int
-	ok            bool
-}
+type chunkRun struct{ col, first, n int }
 
 // stripesPerRead is how many stripes one slot holds.
 func (w *writer) stripesPerRead() int { return max(1, gcReadBytes/w.s.lay.chunkSize) }

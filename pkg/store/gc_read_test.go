@@ -1,9 +1,6 @@
 package store
 
-import (
-	"math/rand/v2"
-	"testing"
-)
+import "testing"
 
 // TestDataRunsCoverDataChunksOnly checks that the cleaner's read-ahead
 // reads every data chunk of the stripes it loads exactly once and no parity
@@ -56,19 +53,7 @@ func TestCleanerReadsAhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := make([]uint64, n)
-	rng := rand.New(rand.NewPCG(5, 7))
-	for i := range 4 * n {
-		lba := i % n
-		if i >= n {
-			lba = rng.IntN(n)
-		}
-		want[lba] = uint64(i + 1)
-		writeTags(t, v, uint64(lba), want[lba])
-		if i%8 == 0 {
-			r.s.w.work()
-		}
-	}
+	want := overwriteTags(t, v, n, 5, r.s.w.work)
 	if err := r.s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

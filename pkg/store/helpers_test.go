@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -401,4 +402,26 @@ func tryReadTags(v *Volume, lba uint64, n int) ([]uint64, error) {
 		tags[i] = tag
 	}
 	return tags, nil
+}
+
+// overwriteTags writes every block of the first n of v once, then 3n more
+// at random LBAs (rng seeded with seed), each block tagged with its write's
+// number; step, if not nil, runs every 8 writes. It returns the tag each
+// block holds.
+func overwriteTags(t testing.TB, v *Volume, n int, seed uint64, step func()) []uint64 {
+	t.Helper()
+	want := make([]uint64, n)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for i := range 4 * n {
+		lba := i % n
+		if i >= n {
+			lba = rng.IntN(n)
+		}
+		want[lba] = uint64(i + 1)
+		writeTags(t, v, uint64(lba), want[lba])
+		if step != nil && i%8 == 0 {
+			step()
+		}
+	}
+	return want
 }
