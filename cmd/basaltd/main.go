@@ -3,7 +3,11 @@
 // [cluster] section) serves the replicas the cluster metadata places on it,
 // and the management API and metrics (see basaltctl).
 //
-//	basaltd --config /etc/basalt/basaltd.toml [--listen ADDR] [--advertise ADDR] [--log-level LEVEL]
+//	basaltd --config /etc/basalt/basaltd.toml [--listen ADDR] [--advertise ADDR] [--log-level LEVEL] [--timer-slack D]
+//
+// Before anything else it sets the process's timer slack (--timer-slack,
+// default 1ms; 0 keeps the kernel's 50µs), which means executing itself once
+// more: see package timerslack for why a busy node wants it.
 //
 // It logs with log/slog to stderr and stops cleanly on SIGTERM or SIGINT.
 package main
@@ -20,6 +24,7 @@ import (
 
 	"basalt/pkg/config"
 	"basalt/pkg/node"
+	"basalt/pkg/timerslack"
 )
 
 func main() { os.Exit(run()) }
@@ -29,7 +34,14 @@ func run() int {
 	listen := flag.String("listen", "", "override nvme.listen (host:port)")
 	advertise := flag.String("advertise", "", "override nvme.advertise (host:port hosts connect to)")
 	level := flag.String("log-level", "", "override log.level (debug, info, warn, error)")
+	slack := flag.Duration("timer-slack", time.Millisecond,
+		"how late the kernel may fire the process's timers, to coalesce the Go runtime's wake-ups (0: the kernel's default)")
 	flag.Parse()
+	if *slack > 0 {
+		if err := timerslack.Ensure(*slack); err != nil {
+			fmt.Fprintln(os.Stderr, "basaltd: warning: the timer slack stays the kernel's:", err)
+		}
+	}
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "basaltd: --config FILE is required (see README.md for an example)")
 		return 2
