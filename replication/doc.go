@@ -240,14 +240,29 @@
 //	handshake                        frame
 //	offset size field                offset size field
 //	     0    8 magic "BSLTRAFT"          0    4 body length (at most 64 MiB)
-//	     8    2 version (1)               4    1 type: 1 message, 2 snapshot chunk,
+//	     8    2 version (2)               4    1 type: 1 message, 2 snapshot chunk,
 //	    10    1 stream: 1 messages,                   3 snapshot end, 4 snapshot result
 //	              2 snapshot              5    3 zero
 //	    11    5 zero                      8    8 group ID (0 only in a result)
 //	    16    8 sender node ID           16      body
 //	    24    8 receiver node ID
 //
-// A message body is a raftpb.Message (protobuf). A node opens one message
+// A message body carries a raftpb.Message with its entries' payloads out of
+// band: the protobuf holds every entry with its Data field left out, and the
+// payloads follow it, concatenated in entry order, so that the sender writes
+// them from where Raft holds them and the receiver reads them all into one
+// buffer that the entries share:
+//
+//	offset  size field
+//	     0     4 protobuf length p
+//	     4     4 entry count n (each entry takes at least 2 protobuf bytes)
+//	     8    4n payload length of each entry, 4 bytes each, in entry order
+//	  8+4n     p raftpb.Message (protobuf), no entry with a Data field
+//	8+4n+p   sum payloads, back to back, in entry order
+//
+// The payload lengths add up to exactly the rest of the body. An entry with
+// an empty payload arrives with nil Data. Version 1 (the whole message in
+// the protobuf) is refused at the handshake. A node opens one message
 // stream to each peer and sends all its groups' messages on it; it receives
 // on the streams its peers open. A snapshot has a stream of its own: a
 // message frame with the MsgSnap, chunk frames of up to 1 MiB of state

@@ -36,7 +36,8 @@ const (
 	snapshotResult   = 30 * time.Minute // longest wait for a restore
 	backoffMin       = 20 * time.Millisecond
 	backoffMax       = time.Second
-	writeBufferSize  = 256 << 10
+	writeBufferSize  = 256 << 10 // a snapshot stream's buffered writer
+	writeBatchSize   = 1 << 20   // message frames per vectored write, in bytes (one frame at least)
 	readBufferSize   = 256 << 10
 )
 
@@ -44,11 +45,11 @@ const (
 // connection per peer (and the peer's one inbound connection), in
 // length-prefixed frames (doc.go, "Transport wire format"). Each peer has a
 // bounded send queue drained by one writer goroutine, which batches what is
-// queued into one buffered write; when the queue is full, or the peer cannot
-// be reached, messages are dropped and reported unreachable, and Raft
-// retries. The writer reconnects with exponential back-off. Snapshots travel
-// on a connection of their own, so that a long stream never delays
-// heartbeats.
+// queued into one vectored write that sends the entries' payloads from where
+// Raft holds them; when the queue is full, or the peer cannot be reached,
+// messages are dropped and reported unreachable, and Raft retries. The
+// writer reconnects with exponential back-off. Snapshots travel on a
+// connection of their own, so that a long stream never delays heartbeats.
 type TCPTransport struct {
 	self      NodeID
 	ln        net.Listener
@@ -306,14 +307,7 @@ func (t *TCPTransport) serveConn(c net.Conn) {
 func (t *TCPTransport) readMessages(r io.Reader, from NodeID) error {
 	fr := frameReader{r: r}
 	for {
-		h, body, err := fr.next()
-		if err != nil {
-			return err
-		}
-		if h.typ != frameMessage {
-			return fmt.Errorf("%w: frame type %d on a message stream", errFrame, h.typ)
-		}
-		m, err := decodeMessage(body)
+		h, m, err := fr.nextMessage()
 		if err != nil {
 			return err
 		}

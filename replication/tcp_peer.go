@@ -1,7 +1,6 @@
 package replication
 
 import (
-	"bufio"
 	"net"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -55,12 +54,11 @@ func (p *tcpPeer) run() {
 	}
 }
 
-// write drains the queue into c, one buffered write per batch of whatever is
-// queued, until an error or a redial.
+// write drains the queue into c, one vectored write per batch of whatever is
+// queued (up to writeBatchSize bytes), until an error or a redial.
 func (p *tcpPeer) write(c net.Conn) error {
 	t := p.t
-	bw := bufio.NewWriterSize(c, writeBufferSize)
-	fw := frameWriter{w: bw}
+	var batch frameBatch
 	var sent []outbound // the batch, to report if its write fails
 	for {
 		var ob outbound
@@ -72,19 +70,19 @@ func (p *tcpPeer) write(c net.Conn) error {
 		case ob = <-p.queue:
 		}
 		sent = append(sent[:0], ob)
-		err := fw.message(ob.group, &ob.msg)
-		for more := true; more && err == nil && len(sent) < cap(p.queue); {
+		err := batch.add(ob.group, &ob.msg)
+		for more := true; more && err == nil && len(sent) < cap(p.queue) && batch.size() < writeBatchSize; {
 			select {
 			case ob = <-p.queue:
 				sent = append(sent, ob)
-				err = fw.message(ob.group, &ob.msg)
+				err = batch.add(ob.group, &ob.msg)
 			default:
 				more = false
 			}
 		}
 		if err == nil {
 			_ = c.SetWriteDeadline(t.clock.Now().Add(writeTimeout))
-			err = bw.Flush()
+			err = batch.writeTo(c)
 		}
 		if err != nil {
 			p.report(sent)

@@ -114,14 +114,7 @@ func (w *chunkWriter) flush() error {
 func (t *TCPTransport) receiveSnapshot(c net.Conn, r io.Reader, from NodeID) error {
 	_ = c.SetReadDeadline(t.clock.Now().Add(snapshotIdle))
 	fr := &frameReader{r: &deadlineReader{c: c, r: r, t: t}}
-	h, body, err := fr.next()
-	if err != nil {
-		return err
-	}
-	if h.typ != frameMessage {
-		return fmt.Errorf("%w: snapshot stream starts with frame type %d", errFrame, h.typ)
-	}
-	m, err := decodeMessage(body)
+	h, m, err := fr.nextMessage()
 	if err != nil {
 		return err
 	}
