@@ -45,7 +45,7 @@ bench:
 
 ## compare: raw disk vs Ceph RBD (pool size 3) vs Basalt on this machine, one run;
 ## installs fio and Ceph from Debian. Writes docs/bench/results.{json,md} and PNG plots.
-## SYSTEMS="disk ceph basalt-node basalt-rf3 basalt-rf2" chooses the systems.
+## SYSTEMS="socket disk ceph basalt-node basalt-rf3 basalt-rf2" chooses the systems.
 compare: build
 	bench/compare.sh
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# bench/compare.sh — one command (`make compare`): the raw local disk, Ceph RBD
-# and Basalt, measured on this machine in one run with the same workloads
-# (W1-W5 and QD 1 of ../shared/DESIGN.md, plus a 4 KiB random read/write
-# queue-depth sweep), then docs/bench/results.{json,md} and PNG plots.
+# bench/compare.sh — one command (`make compare`): a raw socket, the raw local
+# disk, Ceph RBD and Basalt, measured on this machine in one run with the same
+# workloads (W1-W5 and QD 1 of ../shared/DESIGN.md, plus a 4 KiB random
+# read/write queue-depth sweep), then docs/bench/results.{json,md} and PNG plots.
 #
 #   bench/compare.sh              full run: 4 GiB volume/image, 30 s per point
 #   SMALL=1 bench/compare.sh      quick run: 1 GiB, 10 s per point (~25 min)
 #
 # Environment (defaults in brackets):
-#   SYSTEMS      systems to measure, in order ["disk ceph basalt-rf3 basalt-rf2"];
+#   SYSTEMS      systems to measure, in order ["socket disk ceph basalt-rf3 basalt-rf2"];
+#                socket: basalt-bench against its echo server over loopback TCP,
+#                no storage (one round trip per I/O: the network floor);
 #                each Basalt system NAME is started by bench/systems/NAME.sh
 #                (basalt-rf3 and basalt-rf2: the 3-node cluster, replication
 #                factor 3 / 2; basalt-node: one basaltd, file backend)
@@ -35,7 +37,7 @@ else
 fi
 QD=${QD:-32}
 SWEEP_QDS=${SWEEP_QDS:-"1 2 4 8 16 32 64 128"}
-SYSTEMS=${SYSTEMS:-"disk ceph basalt-rf3 basalt-rf2"}
+SYSTEMS=${SYSTEMS:-"socket disk ceph basalt-rf3 basalt-rf2"}
 FIO_CROSSCHECK=${FIO_CROSSCHECK:-1}
 WORK=${WORK:-/var/tmp/basalt-compare}
 OUT=${OUT:-docs/bench}
@@ -105,6 +107,7 @@ main() {
 	log "size ${SIZE_MIB} MiB, ${RAMP}+${RUNTIME} s per point, QD $QD, sweep QDs: $SWEEP_QDS, fio engine $FIO_ENGINE"
 	for sys in $SYSTEMS; do
 		case $sys in
+		socket) phase "raw socket: basalt-bench's echo server over loopback TCP (the network floor)"; measure_socket ;;
 		disk) phase "raw disk: fio $FIO_ENGINE O_DIRECT on $WORK/disk"; measure_disk ;;
 		ceph) phase "Ceph RBD: 1 mon, 1 mgr, 3 OSDs, pool size 3"; measure_ceph ;;
 		*) phase "Basalt: $sys"; measure_basalt "$sys" ;;

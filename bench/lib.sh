@@ -6,6 +6,7 @@
 
 SYS_PIDS=()
 SYS_DOWN=()
+SOCKET_PID=""
 
 # pick_fio_engine: io_uring where the kernel allows it, else libaio.
 pick_fio_engine() {
@@ -37,7 +38,7 @@ write_meta() {
 	cat <<META
 {"date": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
  "machine": "$(nproc) cores ($cpu), $mem RAM, kernel $(uname -r), disk $disk, rotational=$(rotational)",
- "config": "size ${SIZE_MIB} MiB, ramp ${RAMP} s + runtime ${RUNTIME} s per point, W1-W5 at QD ${QD} x 1 job, sweep QDs ${SWEEP_QDS// /,}; disk: fio ${FIO_ENGINE} O_DIRECT on a file; Ceph $(ceph --version 2>/dev/null | awk '{print $3}'): 1 mon, 1 mgr, 3 BlueStore OSDs on files (WAL/DB on tmpfs), pool size 3, rbd_cache=false, BlueStore profile ${CEPH_PROFILE:-auto}, driven by ${RBD_ENGINE:-?}; Basalt: basalt-bench over NVMe/TCP; everything on 127.0.0.1",
+ "config": "size ${SIZE_MIB} MiB, ramp ${RAMP} s + runtime ${RUNTIME} s per point, W1-W5 at QD ${QD} x 1 job, sweep QDs ${SWEEP_QDS// /,}; disk: fio ${FIO_ENGINE} O_DIRECT on a file; Ceph $(ceph --version 2>/dev/null | awk '{print $3}'): 1 mon, 1 mgr, 3 BlueStore OSDs on files (WAL/DB on tmpfs), pool size 3, rbd_cache=false, BlueStore profile ${CEPH_PROFILE:-auto}, driven by ${RBD_ENGINE:-?}; Basalt: basalt-bench over NVMe/TCP; socket: basalt-bench against its echo server over loopback TCP, no storage; everything on 127.0.0.1",
  "small": $([ "$SMALL" = 1 ] && echo true || echo false)}
 META
 }
@@ -125,6 +126,37 @@ all_workloads() {
 	echo "$PRESETS"
 	for q in $SWEEP_QDS; do echo "sweep-read-qd$q"; done
 	for q in $SWEEP_QDS; do echo "sweep-write-qd$q"; done
+}
+
+# measure_socket: the network floor. basalt-bench's echo server, a process
+# of its own like a storage daemon, answers every I/O over loopback TCP and
+# stores nothing; its CPU per I/O is reported like a daemon's. Presets only:
+# nothing to prefill, and the sweeps would add nothing to a floor.
+measure_socket() {
+	local out=$RAW/socket.server.log addr="" pid _
+	"$BIN/basalt-bench" socket-server --listen 127.0.0.1:0 >"$out" 2>&1 &
+	pid=$!
+	SOCKET_PID=$pid
+	SYS_DOWN+=(socket_down)
+	for _ in $(seq 100); do
+		addr=$(sed -n 's/^listening on //p' "$out")
+		[ -n "$addr" ] && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -n "$addr" ] || die "basalt-bench socket-server did not start: $(tail -3 "$out")"
+	SYS_PIDS=("$pid")
+	log "socket: W1-W5, QD 1 against the echo server at $addr (pid $pid)"
+	bb socket main --engine socket --addr "$addr" --preset "${PRESETS// /,}" --qd "$QD" --cpu-pid "$pid"
+	system_down_all
+}
+
+# socket_down stops measure_socket's echo server.
+socket_down() {
+	[ -n "${SOCKET_PID:-}" ] || return 0
+	kill -TERM "$SOCKET_PID" 2>/dev/null || true
+	wait "$SOCKET_PID" 2>/dev/null || true
+	SOCKET_PID=""
 }
 
 measure_disk() {

@@ -197,9 +197,11 @@ func workloadOrder(w string) (int, int) {
 	return 100, 0
 }
 
+// systemOrder puts the baselines (the raw disk, the raw socket) first, then
+// Ceph, then Basalt.
 func systemOrder(s string) int {
 	switch {
-	case s == "disk":
+	case s == "disk" || s == "socket":
 		return 0
 	case strings.HasPrefix(s, "ceph"):
 		return 1

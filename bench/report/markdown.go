@@ -20,7 +20,11 @@ func writeMarkdown(path string, rows []Row, meta Meta) error {
 	fmt.Fprintf(&b, "- systems: %s\n", strings.Join(systems(rows), ", "))
 	fmt.Fprintf(&b, "- load generator: `tool` column — basalt-bench drives Basalt (NVMe/TCP) and Ceph (librbd) alike; "+
 		"`ceph-size3-fio` is fio's rbd engine against the same image as a cross-check; the disk is fio.\n")
-	fmt.Fprintf(&b, "- CPU µs/IO: user+system CPU time of the system's daemons (Ceph: mon, mgr, 3 OSDs; Basalt: basaltd) "+
+	if slices.Contains(systems(rows), "socket") {
+		fmt.Fprintf(&b, "- socket: basalt-bench against an echo server over loopback TCP, no storage: one round trip per I/O, "+
+			"the floor of any networked storage here (a replicated write takes two).\n")
+	}
+	fmt.Fprintf(&b, "- CPU µs/IO: user+system CPU time of the system's daemons (Ceph: mon, mgr, 3 OSDs; Basalt: basaltd; socket: the echo server) "+
 		"over the measured window divided by the I/Os in it; the client's own CPU is not counted.\n")
 	fmt.Fprintf(&b, "- ratios: IOPS ×Ceph = IOPS / %s IOPS; lat ÷Ceph and CPU ÷Ceph = value / %s value (smaller is better).\n", cephRef, cephRef)
 	fmt.Fprintf(&b, "- fio rows of mixed workloads report the larger of the read and write p99.\n\n")

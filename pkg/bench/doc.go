@@ -82,6 +82,14 @@
 // NVMeConfig.PathTimeout. Lost associations are redialled in the background
 // every ReconnectDelay, so a run survives a node restart.
 //
+// # Raw socket
+//
+// SocketDevice stores nothing: each I/O is one request and one response
+// with ServeSocket's echo server (basalt-bench socket-server), over one TCP
+// connection per queue, pipelined up to the queue depth. It measures the
+// network floor under any networked storage with the same load generator;
+// the wire format is drawn in socket.go.
+//
 // # CPU per I/O
 //
 // Options.CPUPIDs names the processes of the system under test; their

@@ -30,12 +30,15 @@ type deviceFlags struct {
 	cephID      string
 	pool        string
 	image       string
+	socketSize  string
 }
 
 func (t *deviceFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&t.engine, "engine", "nvme", "device engine: nvme (Basalt over NVMe/TCP) or rbd (Ceph; needs a binary built with -tags ceph)")
-	f.StringSliceVar(&t.addrs, "addr", nil, "NVMe/TCP path host:port (repeat or comma-separate for multipath; I/O follows ANA)")
+	f.StringVar(&t.engine, "engine", "nvme", "device engine: nvme (Basalt over NVMe/TCP), rbd (Ceph; needs a binary built with -tags ceph) "+
+		"or socket (no storage: one round trip per I/O with 'basalt-bench socket-server', the network floor)")
+	f.StringSliceVar(&t.addrs, "addr", nil, "NVMe/TCP path host:port (repeat or comma-separate for multipath; I/O follows ANA); "+
+		"socket: the echo server's host:port")
 	f.StringVar(&t.nqn, "nqn", "nqn.2026-11.io.basalt:vol1", "subsystem NQN")
 	f.StringVar(&t.hostNQN, "hostnqn", "", "host NQN (default: generated)")
 	f.Uint32Var(&t.nsid, "nsid", 1, "namespace ID")
@@ -44,6 +47,7 @@ func (t *deviceFlags) register(cmd *cobra.Command) {
 	f.StringVar(&t.cephID, "ceph-id", "admin", "rbd: cephx client id")
 	f.StringVar(&t.pool, "pool", "rbd", "rbd: pool")
 	f.StringVar(&t.image, "image", "", "rbd: image name")
+	f.StringVar(&t.socketSize, "socket-size", "1GiB", "socket: the capacity the device claims (offsets only; nothing is stored)")
 }
 
 // open opens the device for jobs queues of depth qd each.
@@ -62,8 +66,19 @@ func (t *deviceFlags) open(ctx context.Context, jobs, qd int) (bench.Device, err
 			return nil, fmt.Errorf("--image is required with --engine rbd")
 		}
 		return rbd.Open(rbd.Config{Conf: t.cephConf, ClientID: t.cephID, Pool: t.pool, Image: t.image})
+	case "socket":
+		if len(t.addrs) != 1 {
+			return nil, fmt.Errorf("--engine socket needs one --addr host:port: the address 'basalt-bench socket-server' printed")
+		}
+		size, err := parseSize(t.socketSize)
+		if err != nil {
+			return nil, fmt.Errorf("--socket-size: %w", err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return bench.DialSocket(dctx, t.addrs[0], size)
 	}
-	return nil, fmt.Errorf("unknown engine %q (nvme or rbd)", t.engine)
+	return nil, fmt.Errorf("unknown engine %q (nvme, rbd or socket)", t.engine)
 }
 
 // Execute runs the basalt-bench command line and returns the exit code.
@@ -83,7 +98,7 @@ acknowledged write afterwards.`,
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newRunCommand(), newPrefillCommand(), newVerifyCommand(), newPresetsCommand())
+	root.AddCommand(newRunCommand(), newPrefillCommand(), newVerifyCommand(), newPresetsCommand(), newSocketServerCommand())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(stderr, "basalt-bench:", err)
 		return 1

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"basalt/pkg/backend"
 	"basalt/target"
@@ -92,6 +95,72 @@ func TestCommandLine(t *testing.T) {
 	}
 	if code := Execute(context.Background(), []string{"run"}, &bytes.Buffer{}, &stderr); code == 0 {
 		t.Fatal("run without --addr succeeded")
+	}
+}
+
+// TestSocketEngine runs socket-server in-process on a free port, reads the
+// address it prints, and measures QD 1 writes against it with JSON output.
+func TestSocketEngine(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- Execute(ctx, []string{"socket-server", "--listen", "127.0.0.1:0"}, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok {
+		t.Fatalf("socket-server printed %q, %v", line, err)
+	}
+	out := filepath.Join(t.TempDir(), "r.json")
+	args := []string{"run", "--engine", "socket", "--addr", addr, "--preset", "QD1-write", "--runtime", "1s", "--ramp", "0s",
+		"--json", out, "--progress", "off"}
+	var stdout, stderr bytes.Buffer
+	if code := Execute(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("%v: exit %d\n%s\n%s", args, code, stdout.String(), stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res []struct {
+		Workload string `json:"workload"`
+		Device   string `json:"device"`
+		All      struct {
+			IOPS    float64 `json:"iops"`
+			Latency struct {
+				MeanUS float64 `json:"mean_us"`
+				P99US  float64 `json:"p99_us"`
+			} `json:"latency"`
+		} `json:"all"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil || len(res) != 1 {
+		t.Fatalf("JSON: %v %s", err, b)
+	}
+	if r := res[0]; r.Workload != "QD1-write" || r.Device != "socket tcp "+addr || r.All.IOPS <= 0 ||
+		r.All.Latency.MeanUS <= 0 || r.All.Latency.P99US < r.All.Latency.MeanUS/10 {
+		t.Fatalf("result %+v", r)
+	}
+	stderr.Reset()
+	if code := Execute(context.Background(), append(args, "--verify"), io.Discard, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "stores nothing") {
+		t.Fatalf("--engine socket --verify: exit %d, %q", code, stderr.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("socket-server exited %d when its context ended", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("socket-server did not stop within 5 s of its context ending")
+	}
+	stderr.Reset()
+	if code := Execute(context.Background(), []string{"run", "--engine", "socket", "--preset", "QD1-read"}, io.Discard, &stderr); code == 0 ||
+		!strings.Contains(stderr.String(), "--engine socket needs one --addr") {
+		t.Fatalf("--engine socket without --addr: exit %d, %q", code, stderr.String())
 	}
 }
 

@@ -194,6 +194,9 @@ func (w *workloadFlags) verifier(ctx context.Context, dev bench.Device, s bench.
 	if !s.Verify {
 		return nil, nil
 	}
+	if w.engine == "socket" {
+		return nil, fmt.Errorf("--engine socket stores nothing: there is nothing to verify")
+	}
 	size := s.Size
 	if size == 0 {
 		size = dev.Size() - s.Offset
