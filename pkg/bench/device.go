@@ -49,7 +49,8 @@ type Queue interface {
 	// offset off on slot. buf was allocated by AllocBuffers and stays the
 	// caller's until the slot completes.
 	Queue(slot int, op Op, off int64, buf []byte) error
-	// Flush sends what Queue queued.
+	// Flush sends what Queue queued. On error the I/Os it could not send
+	// still complete, through Wait, with an error.
 	Flush() error
 	// Wait returns a completed slot and its result. With block false it
 	// returns ok false at once when none is ready. Errors the device can

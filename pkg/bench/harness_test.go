@@ -96,3 +96,51 @@ func dial(t testing.TB, addrs []string, jobs, qd int, pathTimeout time.Duration)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestNVMeFlushFailureCompletesUnsentIOs: when a batch fails part way with
+// an error that is not a path's (here: an I/O the host library refuses),
+// Flush reports it and every queued I/O still completes through Wait, the
+// sent one as usual and the unsent one with the error; a Wait(true) with
+// nothing on the wire used to spin for ever.
+func TestNVMeFlushFailureCompletesUnsentIOs(t *testing.T) {
+	tt := startTarget(t, nil, 16<<20, 1)
+	d := dial(t, tt.addrs, 1, 2, time.Second)
+	q, err := d.OpenQueue(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs, err := bench.AllocBuffers(2, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Queue(0, bench.OpWrite, 0, bufs.Each[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Queue(1, bench.OpWrite, 4096, bufs.Each[1][:100]); err != nil { // not whole blocks
+		t.Fatal(err)
+	}
+	if err := q.Flush(); err == nil {
+		t.Fatal("Flush of a batch holding an invalid I/O returned nil")
+	}
+	got := make(chan [2]error, 1)
+	go func() {
+		var errs [2]error
+		for range 2 {
+			slot, err, ok := q.Wait(true)
+			if !ok {
+				t.Error("Wait(true) returned ok false")
+				return
+			}
+			errs[slot] = err
+		}
+		got <- errs
+	}()
+	select {
+	case errs := <-got:
+		if errs[0] != nil || errs[1] == nil {
+			t.Errorf("completions: slot 0 %v, slot 1 %v; want nil and an error", errs[0], errs[1])
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return the I/O the failed batch left unsent")
+	}
+}

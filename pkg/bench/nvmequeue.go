@@ -68,14 +68,29 @@ func (q *nvmeQueue) Flush() error {
 		q.onWire += n
 		rest := q.batch[n:]
 		if err != nil && !host.IsPathError(err) {
+			err = fmt.Errorf("submitting a batch: %w", err)
+			q.failUnsent(rest, err)
 			q.batch = q.batch[:0]
-			return fmt.Errorf("submitting a batch: %w", err)
+			return err
 		}
 		q.batch = append(q.batch[:0], rest...)
 	}
 	clear(q.batch[:cap(q.batch)])
 	q.batch = q.batch[:0]
 	return nil
+}
+
+// failUnsent completes the I/Os a failed batch did not send with err, so
+// that Wait returns each of them: their slots are in flight for the caller,
+// and a Wait(true) with nothing on the wire would otherwise never return.
+// The channel has room: it holds at most depth I/Os and these are not on
+// the wire.
+func (q *nvmeQueue) failUnsent(ios []*host.IO, err error) {
+	for _, io := range ios {
+		io.Err = err
+		q.since[io.Tag] = time.Time{}
+		q.ready(io)
+	}
 }
 
 func (q *nvmeQueue) parkForPath(slot int) {
