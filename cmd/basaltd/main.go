@@ -29,6 +29,12 @@ import (
 
 func main() { os.Exit(run()) }
 
+// maxTimerSlack bounds --timer-slack. Every timer of the node may fire up to
+// the slack late; Raft ticks every 50 ms and a read lease ends two ticks
+// early, NVMe keep-alives are counted in seconds: a few milliseconds touch
+// none of them, a slack near a tick would eat the lease's margin.
+const maxTimerSlack = 10 * time.Millisecond
+
 func run() int {
 	path := flag.String("config", "", "configuration file (TOML; required)")
 	listen := flag.String("listen", "", "override nvme.listen (host:port)")
@@ -37,6 +43,10 @@ func run() int {
 	slack := flag.Duration("timer-slack", time.Millisecond,
 		"how late the kernel may fire the process's timers, to coalesce the Go runtime's wake-ups (0: the kernel's default)")
 	flag.Parse()
+	if *slack < 0 || *slack > maxTimerSlack {
+		fmt.Fprintf(os.Stderr, "basaltd: --timer-slack %v: want 0 (the kernel's default) up to %v\n", *slack, maxTimerSlack)
+		return 2
+	}
 	if *slack > 0 {
 		if err := timerslack.Ensure(*slack); err != nil {
 			fmt.Fprintln(os.Stderr, "basaltd: warning: the timer slack stays the kernel's:", err)
