@@ -43,16 +43,6 @@ done
 source "$ROOT/bench/systems/basalt-node.sh"
 system_up || die "basalt-node did not start"
 node=(--addr "$SYS_ADDRS" --nqn "$SYS_NQN")
-# The cluster's system_up sets SYS_PIDS anew: keep the node's for its own
-# teardown (basalt_node_down stops SYS_PIDS).
-NODE_PIDS=("${SYS_PIDS[@]}")
-node_down() {
-	local keep=("${SYS_PIDS[@]}")
-	SYS_PIDS=("${NODE_PIDS[@]}")
-	basalt_node_down
-	SYS_PIDS=("${keep[@]}")
-}
-SYS_DOWN=(socket_down node_down)
 # shellcheck source=bench/systems/basalt-rf3.sh
 source "$ROOT/bench/systems/basalt-rf3.sh"
 system_up || die "basalt-rf3 did not start"

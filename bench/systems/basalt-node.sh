@@ -27,7 +27,8 @@ allow_any_host = true
   block_size = 4096
 CFG
 	"$BIN/basaltd" --config "$dir/node1.toml" >"$dir/basaltd.log" 2>&1 &
-	SYS_PIDS=($!)
+	BASALT_NODE_PID=$!
+	SYS_PIDS=("$BASALT_NODE_PID")
 	SYS_ADDRS=127.0.0.1:$port
 	# shellcheck disable=SC2034 # read by lib.sh
 	SYS_NQN=nqn.2026-11.io.basalt:bench
@@ -41,12 +42,14 @@ CFG
 	log "basaltd pid ${SYS_PIDS[0]} on $SYS_ADDRS, ${SIZE_MIB} MiB file backend"
 }
 
+# basalt_node_down stops the basaltd system_up started (its own PID: another
+# system started after it may have set SYS_PIDS anew, as bench/qd1.sh does).
 basalt_node_down() {
-	local pid
-	for pid in "${SYS_PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || continue
+	local pid=${BASALT_NODE_PID:-}
+	if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
 		for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 		kill -9 "$pid" 2>/dev/null || true
-	done
+	fi
+	BASALT_NODE_PID=""
 	rm -rf "$WORK/basalt-node"
 }
