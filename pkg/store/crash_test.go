@@ -104,6 +104,7 @@ func crashRigConfig(rng *rand.Rand, synchronous bool) rigConfig {
 		cfg.drives, cfg.opts.Parity = 5, 2
 	}
 	cfg.faults = rng.IntN(3) == 0 // some seeds also lose drives
+	cfg.opts.FlushStripes = 1 + rng.IntN(cfg.opts.BatchStripes)
 	return cfg
 }
 

@@ -25,7 +25,10 @@
 // overlay forgets those versions, and the write buffer releases the records
 // they complete. The writer fills and encodes the next batches while the
 // drives write earlier ones (at most Options.BatchFlights host batches in
-// flight, and two of the cleaner's); sequences are assigned as batches are
+// flight, and two of the cleaner's). A batch goes out when it is full; or,
+// with no host batch in flight, once Options.FlushStripes stripes are full
+// or at the next tick: a batch per stripe would spend the drives' time and
+// much of the node's CPU on syncs. Sequences are assigned as batches are
 // flushed, and batches of both streams complete in that order, so stripes
 // are applied in sequence order. After a crash, replay stops at the first stripe that is
 // not intact, whatever later batches reached the drives: their records are

@@ -96,6 +96,14 @@ type Options struct {
 	// earlier ones, so the drives are not idle while it works. Each costs
 	// one more set of batch buffers. Default 2.
 	BatchFlights int
+	// FlushStripes: while no host batch is in flight, the destager writes
+	// the full stripes it holds once there are this many, and the ones it
+	// holds at each tick otherwise. Every batch ends with a sync of each
+	// drive, so a batch per stripe spends most of its drive time, and much
+	// of the node's CPU, syncing. The stripes waiting are in the write
+	// buffer, durable there. Default min(4, BatchStripes); at most
+	// BatchStripes; 1 writes each stripe as soon as it is full.
+	FlushStripes int
 	// PartialStripeDelay: a stripe that is not full is padded and written
 	// once no new write has arrived for this long. Default 2s.
 	PartialStripeDelay time.Duration
@@ -166,6 +174,7 @@ func (o *Options) EnsureDefaults() {
 	}
 	setDefault(&o.BatchStripes, 16)
 	setDefault(&o.BatchFlights, 2)
+	setDefault(&o.FlushStripes, min(4, o.BatchStripes))
 	setDefault(&o.GCReserveSegments, 2)
 	setDefault(&o.CheckpointStripes, 4096)
 	if o.PartialStripeDelay == 0 {
@@ -224,6 +233,9 @@ func (o *Options) Validate() error {
 	}
 	if o.BatchStripes < 1 {
 		add("BatchStripes %d < 1", o.BatchStripes)
+	}
+	if o.FlushStripes < 1 || o.FlushStripes > max(o.BatchStripes, 1) {
+		add("FlushStripes %d outside [1, BatchStripes %d]", o.FlushStripes, o.BatchStripes)
 	}
 	if o.BufferHighWater <= 0 || o.BufferHighWater > 1 {
 		add("BufferHighWater %v outside (0, 1]", o.BufferHighWater)

@@ -17,13 +17,14 @@ import (
 var ctx = context.Background()
 
 func TestOptionsValidateReportsEveryProblem(t *testing.T) {
-	o := Options{ChunkSize: 1000, SegmentStripes: -1, BatchStripes: -1, BufferHighWater: 2, GCReserveSegments: -1}
+	o := Options{ChunkSize: 1000, SegmentStripes: -1, BatchStripes: -1, FlushStripes: 3, BufferHighWater: 2,
+		GCReserveSegments: -1}
 	err := o.Validate()
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("Validate = %v, want ErrInvalidOptions", err)
 	}
 	for _, want := range []string{"no drives", "no write-buffer", "MetaDir", "SegmentStripes", "BatchStripes",
-		"BufferHighWater", "GCReserveSegments", "chunk size"} {
+		"FlushStripes", "BufferHighWater", "GCReserveSegments", "chunk size"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q: %v", want, err)
 		}
@@ -33,7 +34,8 @@ func TestOptionsValidateReportsEveryProblem(t *testing.T) {
 func TestOptionsDefaults(t *testing.T) {
 	o := Options{Drives: make([]disk.Drive, 4)}
 	o.EnsureDefaults()
-	if o.Data != 3 || o.Parity != 1 || o.ChunkSize != DefaultChunkSize || o.Clock == nil || o.Logger == nil {
+	if o.Data != 3 || o.Parity != 1 || o.ChunkSize != DefaultChunkSize || o.FlushStripes != 4 || o.Clock == nil ||
+		o.Logger == nil {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if p, err := ParseGCPolicy("greedy"); err != nil || p != GCGreedy {

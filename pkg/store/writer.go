@@ -102,6 +102,7 @@ type writer struct {
 	sinceCkpt  int // stripes applied since the checkpoint
 	lastInput  time.Time
 	seenInput  cache.Seq
+	onTick     bool // the step runs on the ticker: every full stripe goes out
 	driveEpoch uint64
 	rateAt     time.Time
 	rateBase   uint64
@@ -238,14 +239,17 @@ func (w *writer) step(pad bool) (bool, error) {
 }
 
 // destage writes the host stream's full stripes (and, with pad, its partial
-// one) once the batch is full, or everything published is packed and no
-// batch is in flight (while one is, the next keeps filling), and releases
-// buffer records that need no stripe.
+// one) once the batch is full, or once everything published is packed, no
+// batch is in flight (while one is, the next keeps filling) and either
+// FlushStripes are full or the ticker runs the step; and it releases buffer
+// records that need no stripe.
 func (w *writer) destage(pad bool) (bool, error) {
 	st := w.host
 	caughtUp := w.nextPack > w.s.pub.published() && st.inflight == 0
+	closed := st.closedStripes()
+	ready := caughtUp && closed > 0 && (closed >= w.s.opts.FlushStripes || w.onTick)
 	wrote := false
-	if st.batchFull() || (caughtUp && st.closedStripes() > 0) || (pad && !st.empty()) {
+	if st.batchFull() || ready || (pad && !st.empty()) {
 		if err := w.flushStream(st, pad); err != nil {
 			return false, err
 		}
@@ -294,7 +298,10 @@ func (w *writer) tick() {
 		w.s.counters.destageRate.Store(uint64(float64(destaged-w.rateBase) / elapsed.Seconds()))
 		w.rateAt, w.rateBase = now, destaged
 	}
-	if _, err := w.step(pad); err != nil {
+	w.onTick = true
+	_, err := w.step(pad)
+	w.onTick = false
+	if err != nil {
 		w.setFailed(err)
 	}
 }
