@@ -204,9 +204,12 @@ measure_ceph() {
 # measure_basalt NAME: bench/systems/NAME.sh defines system_up, which sets
 # SYS_ADDRS (comma-separated paths), SYS_NQN and SYS_PIDS, registers its
 # teardown in SYS_DOWN, and returns 2 when the system is not available yet.
+# It may define system_settle, run after the prefill: it returns once the
+# system is done with it (a cluster's followers caught up).
 measure_basalt() {
 	local name=$1 rc=0
 	[ -f "$ROOT/bench/systems/$name.sh" ] || die "no bench/systems/$name.sh"
+	unset -f system_settle # optional: only the systems that define it
 	# shellcheck source=/dev/null
 	source "$ROOT/bench/systems/$name.sh"
 	system_up || rc=$?
@@ -218,6 +221,9 @@ measure_basalt() {
 	local dev=(--addr "$SYS_ADDRS" --nqn "$SYS_NQN" --path-timeout 30s)
 	log "prefilling $SYS_NQN with basalt-bench"
 	"$BIN/basalt-bench" prefill "${dev[@]}" --progress "${PROGRESS:-auto}" >&2
+	if declare -F system_settle >/dev/null; then
+		system_settle || die "$name did not settle after the prefill"
+	fi
 	bb_all "$name" "${dev[@]}"
 	system_down_all
 }

@@ -108,6 +108,23 @@ cluster_active() {
 
 cluster_healthy() { cluster_ctl -o json volume show bench 2>/dev/null | grep -q '"health": "healthy"'; }
 
+# cluster_caught_up: every replica of the volume (a path with a Raft role)
+# has applied the same index. After a prefill nothing more is written, so
+# they meet once the followers have caught up with the leader.
+cluster_caught_up() {
+	local applied
+	applied=$(cluster_ctl -o json volume show bench 2>/dev/null | awk '
+		/"role":/ { replica = 1 }
+		/"applied":/ { if (replica) { gsub(/[^0-9]/, "", $2); print $2 }; replica = 0 }' | sort -u)
+	[ -n "$applied" ] && [ "$(wc -l <<<"$applied")" = 1 ]
+}
+
+# system_settle: called by lib.sh after the prefill. A prefill writes at
+# hundreds of MiB/s, and a follower that falls behind by more than the Raft
+# log (256 MiB) catches up from a snapshot: measuring then would count that
+# work against the workloads.
+system_settle() { cluster_wait "every replica to apply the prefill" 300 cluster_caught_up; }
+
 # basalt_cluster_up RF: start the three nodes, create the volume, wait.
 basalt_cluster_up() {
 	local rf=$1 i
