@@ -110,6 +110,13 @@ func (r *segRows) wait(ticket uint64) error {
 	return nil
 }
 
+// quiesce waits for the commit in flight, if any, whatever its outcome.
+func (r *segRows) quiesce() {
+	if r.inflight != nil {
+		<-r.inflight.done
+	}
+}
+
 // sync returns once every row queued is committed.
 func (r *segRows) sync() error { return r.wait(r.queued) }
 

@@ -381,6 +381,7 @@ func (w *writer) drain() error {
 // checkpoint.
 func (w *writer) finish() error {
 	if w.failed != nil {
+		w.quiesce()
 		return w.failed
 	}
 	err := w.drain()
@@ -401,8 +402,22 @@ func (w *writer) finish() error {
 	}
 	if err != nil {
 		w.setFailed(err)
+		w.quiesce()
 	}
 	return err
+}
+
+// quiesce waits for the goroutines the writer started that may still write
+// to the drives or the metadata: the batches in flight (a failed write or
+// sync also records the drive's failure in the metadata) and the segment
+// rows being committed. A failed writer stops without completing them, and
+// Close must not return while they run: a store opened next on the same
+// drives and metadata would have its state changed behind its back.
+func (w *writer) quiesce() {
+	for _, fl := range w.flights {
+		<-fl.done
+	}
+	w.rows.quiesce()
 }
 
 // setFailed stops destaging for good. It closes the write buffer, so that
