@@ -378,13 +378,18 @@ func (w *writer) drain() error {
 }
 
 // finish is the clean shutdown: drain, write the cleaner's partial stripe,
-// checkpoint.
-func (w *writer) finish() error {
+// checkpoint. A writer that has failed, or fails here, returns the failure
+// once its goroutines are done (quiesce).
+func (w *writer) finish() (err error) {
+	defer func() {
+		if err != nil {
+			w.quiesce()
+		}
+	}()
 	if w.failed != nil {
-		w.quiesce()
 		return w.failed
 	}
-	err := w.drain()
+	err = w.drain()
 	if err == nil {
 		err = w.flushStream(w.gc, true /* pad */)
 	}
@@ -402,7 +407,6 @@ func (w *writer) finish() error {
 	}
 	if err != nil {
 		w.setFailed(err)
-		w.quiesce()
 	}
 	return err
 }
