@@ -20,7 +20,7 @@ run: build
 test: lint test-unit fuzz-short
 
 test-unit:
-	$(GO) test -race -timeout 30m ./...
+	$(GO) test -race -tags invariants -timeout 30m ./...
 
 test-cluster:
 	$(GO) test -count=1 -v -timeout 15m ./tests/cluster/

@@ -8,7 +8,7 @@ for pkg in $(go list ./...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
     echo "fuzz: $pkg $target ($FUZZTIME)"
-    if ! go test -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" -fuzzminimizetime=2s "$pkg" >/tmp/fuzz.$$.log 2>&1; then
+    if ! go test -tags invariants -run='^$' -fuzz="^${target}\$" -fuzztime="$FUZZTIME" -fuzzminimizetime=2s "$pkg" >/tmp/fuzz.$$.log 2>&1; then
       # The Go fuzzer sometimes ends a clean run with "context deadline
       # exceeded" when its time runs out while it minimizes a new input.
       # That is not a finding: a finding writes a failing input.
