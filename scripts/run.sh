@@ -25,6 +25,15 @@
 #   BASALT_STORE=0         keep replicas as plain files instead of the
 #                          log-structured store
 #   BASALT_LOG_LEVEL       debug, info (default), warn, error
+#   BASALT_SHM_DIR         where the Raft logs go (default /dev/shm)
+#   BASALT_NVME_PORT, BASALT_API_PORT, BASALT_RAFT_PORT
+#                          node 1's ports (defaults 4420, 9420, 9520); nodes 2
+#                          and 3 take the next two of each
+#
+# When a node exits (a crash, kill -9), the others keep serving and the
+# node is restarted with a back-off (1 s, doubling while it keeps dying
+# within 30 s of starting, at most 60 s), with the end of its log after
+# three quick deaths in a row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-$PWD/.basalt}
@@ -36,10 +45,13 @@ VOLUME=${BASALT_VOLUME:-vol1}
 VOLUME_SIZE=${BASALT_VOLUME_SIZE:-4GiB}
 USE_STORE=${BASALT_STORE:-1}
 LEVEL=${BASALT_LOG_LEVEL:-info}
-SHM=/dev/shm
+SHM=${BASALT_SHM_DIR:-/dev/shm}
 [ -d "$SHM" ] && [ -w "$SHM" ] || SHM=$RUN_DIR/shm
 tag=$(printf %s "$RUN_DIR" | cksum | cut -d' ' -f1)
-API=http://127.0.0.1:9420
+NVME_PORT=${BASALT_NVME_PORT:-4420}
+API_PORT=${BASALT_API_PORT:-9420}
+RAFT_PORT=${BASALT_RAFT_PORT:-9520}
+API=http://127.0.0.1:$API_PORT
 ctl() { "$BIN/basaltctl" --api "$API" "$@"; }
 
 for b in basaltd basaltctl; do
@@ -53,9 +65,9 @@ peers() {
   [[cluster.peer]]
   id = $j
   name = "node$j"
-  raft = "127.0.0.1:$((9519 + j))"
-  nvme = "$ADV:$((4419 + j))"
-  api = "127.0.0.1:$((9419 + j))"
+  raft = "127.0.0.1:$((RAFT_PORT - 1 + j))"
+  nvme = "$ADV:$((NVME_PORT - 1 + j))"
+  api = "127.0.0.1:$((API_PORT - 1 + j))"
 PEER
 	done
 }
@@ -71,16 +83,16 @@ name = "node$i"
 data_dir = "$dir"
 
 [nvme]
-listen = "$LISTEN:$((4419 + i))"
-advertise = "$ADV:$((4419 + i))"
+listen = "$LISTEN:$((NVME_PORT - 1 + i))"
+advertise = "$ADV:$((NVME_PORT - 1 + i))"
 
 [log]
 level = "$LEVEL"
 
 [cluster]
 node_id = $i
-raft_listen = "127.0.0.1:$((9519 + i))"
-api_listen = "127.0.0.1:$((9419 + i))"
+raft_listen = "127.0.0.1:$((RAFT_PORT - 1 + i))"
+api_listen = "127.0.0.1:$((API_PORT - 1 + i))"
 bootstrap = true
 CFG
 		peers
@@ -104,32 +116,83 @@ CFG
 	} >"$dir/basaltd.toml"
 }
 
-pids=()
+# The supervisor: one basaltd per node, restarted when it exits. pids[i] is
+# node i's process (empty while it waits to restart), fails[i] how many
+# times in a row it died within MIN_UP seconds of starting, due[i] when its
+# restart is due (seconds since the epoch).
+MIN_UP=30
+declare -A pids=() fails=() due=() started=()
 stop() {
 	trap - INT TERM
 	echo
 	echo "basalt: stopping the cluster..."
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
 	echo "basalt: stopped; state kept in $RUN_DIR"
 	exit 0
 }
 trap stop INT TERM
 
-for i in 1 2 3; do
-	write_config "$i"
+start_node() {
+	local i=$1
+	echo "--- run.sh: starting node$i at $(date -u +%FT%TZ)" >>"$RUN_DIR/node$i.log"
 	# setsid: a terminal's Ctrl-C reaches this script only; stop() then
 	# sends each node one SIGTERM.
-	setsid "$BIN/basaltd" --config "$RUN_DIR/node$i/basaltd.toml" 2>"$RUN_DIR/node$i.log" &
-	pids+=($!)
+	setsid "$BIN/basaltd" --config "$RUN_DIR/node$i/basaltd.toml" 2>>"$RUN_DIR/node$i.log" &
+	pids[$i]=$!
+	started[$i]=$(date +%s)
+}
+
+# node_exited reports node i's exit and schedules its restart: 1 s after the
+# first quick death, doubling to at most 60 s while it keeps dying within
+# MIN_UP seconds; after three quick deaths in a row it says so with the
+# end of the node's log, and keeps trying at the back-off.
+node_exited() {
+	local i=$1 rc=0 now up delay
+	wait "${pids[$i]}" 2>/dev/null || rc=$?
+	pids[$i]=
+	now=$(date +%s)
+	up=$((now - ${started[$i]}))
+	if [ "$up" -ge "$MIN_UP" ]; then fails[$i]=0; fi
+	fails[$i]=$((${fails[$i]:-0} + 1))
+	delay=$((1 << (${fails[$i]} - 1)))
+	[ "$delay" -le 60 ] || delay=60
+	due[$i]=$((now + delay))
+	local how="with status $rc"
+	[ "$rc" -gt 128 ] && how="killed by signal $((rc - 128))"
+	echo "basalt: node$i exited $how after ${up}s; the other nodes keep serving;" \
+		"restarting it in ${delay}s (log: $RUN_DIR/node$i.log)" >&2
+	if [ "${fails[$i]}" -eq 3 ]; then
+		echo "basalt: node$i has failed 3 times in a row within ${MIN_UP}s of starting; the end of its log:" >&2
+		grep -v '^--- run.sh' "$RUN_DIR/node$i.log" | tail -n 15 | sed 's/^/  | /' >&2
+		echo "basalt: still retrying every ${delay}s up to 60s; fix the cause or press Ctrl-C" >&2
+	fi
+}
+
+# supervise runs one round: notices nodes that exited and restarts those due.
+supervise() {
+	local i now
+	now=$(date +%s)
+	for i in 1 2 3; do
+		if [ -n "${pids[$i]}" ]; then
+			kill -0 "${pids[$i]}" 2>/dev/null || node_exited "$i"
+		elif [ "$now" -ge "${due[$i]}" ]; then
+			echo "basalt: restarting node$i (attempt ${fails[$i]})" >&2
+			start_node "$i"
+		fi
+	done
+}
+
+for i in 1 2 3; do
+	write_config "$i"
+	: >"$RUN_DIR/node$i.log"
+	start_node "$i"
 done
 echo "basalt: 3 nodes starting (logs: $RUN_DIR/node{1,2,3}.log)"
 
 ready=
 for _ in $(seq 1 120); do
-	for p in "${pids[@]}"; do
-		kill -0 "$p" 2>/dev/null || { echo "run.sh: a node exited; see $RUN_DIR/node*.log" >&2; tail -n 20 "$RUN_DIR"/node*.log >&2; stop; }
-	done
+	supervise
 	if ctl -o json cluster status 2>/dev/null | grep -q '"nodes_up": 3' &&
 		ctl -o json node list 2>/dev/null | grep -q '"state": "active"' &&
 		[ "$(ctl -o json node list 2>/dev/null | grep -c '"state": "active"')" = 3 ]; then
@@ -138,7 +201,11 @@ for _ in $(seq 1 120); do
 	fi
 	sleep 0.5
 done
-[ -n "$ready" ] || { echo "run.sh: the cluster did not come up in 60 s; see $RUN_DIR/node*.log" >&2; stop; }
+if [ -z "$ready" ]; then
+	echo "run.sh: the cluster did not come up in 60 s; the end of each node's log:" >&2
+	for i in 1 2 3; do echo "node$i:" >&2; tail -n 10 "$RUN_DIR/node$i.log" | sed 's/^/  | /' >&2; done
+	stop
+fi
 
 if ctl volume show "$VOLUME" >/dev/null 2>&1; then
 	echo "basalt: reusing volume $VOLUME (its data is where you left it)"
@@ -157,7 +224,7 @@ if [ "$ADV" = 10.0.2.2 ]; then
 	echo "The nodes advertise 10.0.2.2: the commands above are for a qemu guest (user networking)."
 else
 	echo "From a qemu guest (user networking reaches this machine as 10.0.2.2):"
-	ctl volume show "$VOLUME" --via 10.0.2.2 | sed -n '/^Attach from/,$p' | tail -n +2 | grep -v '^  (\|^   start the nodes'
+	ctl volume show "$VOLUME" --via 10.0.2.2 | sed -n '/^Attach from/,$p' | tail -n +2 | grep -v '^  (\|^   [a-z]'
 	echo "  (for connect-all from the guest, start with: BASALT_ADVERTISE_HOST=10.0.2.2 make run)"
 fi
 echo
@@ -165,12 +232,7 @@ echo "Manage it with: $BIN/basaltctl --api $API (cluster status | node list | vo
 echo "Metrics: curl -s $API/metrics | grep ^basalt_"
 echo "basalt: running; Ctrl-C stops all three nodes."
 while :; do
-	for p in "${pids[@]}"; do
-		if ! kill -0 "$p" 2>/dev/null; then
-			echo "run.sh: node with pid $p exited; see $RUN_DIR/node*.log" >&2
-			stop
-		fi
-	done
+	supervise
 	sleep 1 &
 	wait $! || true
 done

@@ -202,6 +202,9 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 		}
 		fmt.Fprintf(w, "%-23s %s\n", label, cmd)
 	}
+	fmt.Fprintf(w, "  (attach every path: only the leader's path%s serves I/O and the others are ANA\n"+
+		"   inaccessible until a failover, so a single path gives a controller but no usable block device\n"+
+		"   whenever its node does not lead the volume)\n", leaderNote(v))
 	if via != "" {
 		fmt.Fprintf(w, "  (connect-all follows the addresses the nodes advertise; for it to work from there,\n"+
 			"   start the nodes with advertise addresses on %s)\n", via)
@@ -209,6 +212,16 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	if c.Note != "" {
 		fmt.Fprintf(w, "  note: %s\n", c.Note)
 	}
+}
+
+// leaderNote names the node whose path is ANA optimized now, or "".
+func leaderNote(v api.VolumeView) string {
+	for _, p := range v.Paths {
+		if p.ANAState == "optimized" {
+			return fmt.Sprintf(" (now %s, %s)", nodeName(p.Node, p.Name), p.NVMeAddr)
+		}
+	}
+	return ""
 }
 
 // rewriteConnect returns the commands with every node's host replaced by
