@@ -32,6 +32,8 @@ type testCluster struct {
 	net   *clustertest.Net
 	peers []cluster.Node
 	nodes map[cluster.NodeID]*testNode
+	// wrap, when set, wraps every node's replicas (to inject faults).
+	wrap func(cluster.Replicas) cluster.Replicas
 }
 
 func peer(id cluster.NodeID) cluster.Node {
@@ -39,8 +41,11 @@ func peer(id cluster.NodeID) cluster.Node {
 		RaftAddr: fmt.Sprintf("127.0.0.%d:9520", id), APIAddr: fmt.Sprintf("127.0.0.%d:9420", id)}
 }
 
-func newTestCluster(t *testing.T, n int) *testCluster {
-	tc := &testCluster{t: t, net: clustertest.NewNet(), nodes: map[cluster.NodeID]*testNode{}}
+func newTestCluster(t *testing.T, n int) *testCluster { return newWrappedCluster(t, n, nil) }
+
+// newWrappedCluster starts n nodes whose replicas wrap wraps (nil: none).
+func newWrappedCluster(t *testing.T, n int, wrap func(cluster.Replicas) cluster.Replicas) *testCluster {
+	tc := &testCluster{t: t, net: clustertest.NewNet(), nodes: map[cluster.NodeID]*testNode{}, wrap: wrap}
 	for i := 1; i <= n; i++ {
 		tc.peers = append(tc.peers, peer(cluster.NodeID(i)))
 	}
@@ -73,8 +78,12 @@ func (tc *testCluster) start(id cluster.NodeID, reps *cluster.MemoryReplicas, p 
 	if err != nil {
 		t.Fatal(err)
 	}
+	var replicas cluster.Replicas = reps
+	if tc.wrap != nil {
+		replicas = tc.wrap(reps)
+	}
 	c, err := cluster.Start(cluster.Config{
-		Self: peer(id), Peers: tc.peers, Machine: m, Replicator: tc.net.Replicator(id), Replicas: reps,
+		Self: peer(id), Peers: tc.peers, Machine: m, Replicator: tc.net.Replicator(id), Replicas: replicas,
 		Target: tgt, Port: uint16(id), Resync: 20 * time.Millisecond,
 		Forward: func(ctx context.Context, addr string, cmd cluster.Command) (cluster.Result, error) {
 			tc.mu.Lock()

@@ -28,12 +28,16 @@ type reconciler struct {
 
 	isFresh bool
 	vols    map[GroupID]*localVolume
-	wg      sync.WaitGroup // ANA watchers and size reports
+	wg      sync.WaitGroup // ANA watchers, size reports and teardowns
+	kick    chan struct{}  // capacity 1: a teardown finished; reconcile again
 
 	mu struct {
 		sync.Mutex
 		live     map[GroupID]*localVolume
 		failures map[GroupID]string
+		// removing holds the NQNs of volumes being taken down in the
+		// background: none is exported again until its teardown is done.
+		removing map[string]bool
 	}
 }
 
@@ -51,9 +55,11 @@ type localVolume struct {
 }
 
 func newReconciler(c *Cluster) *reconciler {
-	r := &reconciler{c: c, t: c.cfg.Target, fresh: make(chan struct{}, 1), vols: map[GroupID]*localVolume{}}
+	r := &reconciler{c: c, t: c.cfg.Target, fresh: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+		vols: map[GroupID]*localVolume{}}
 	r.mu.live = map[GroupID]*localVolume{}
 	r.mu.failures = map[GroupID]string{}
+	r.mu.removing = map[string]bool{}
 	return r
 }
 
@@ -78,14 +84,16 @@ func (r *reconciler) run(ctx context.Context) {
 		case <-r.fresh:
 			r.isFresh = true
 		case <-changed:
+		case <-r.kick:
 		case <-tick.C():
 		}
 		r.reconcile(ctx)
 	}
 }
 
-// teardownAll takes every volume down, keeping the replicas and logs;
-// run must have returned.
+// teardownAll takes every volume down, keeping the replicas and logs,
+// and waits for the teardowns still running in the background; run must
+// have returned.
 func (r *reconciler) teardownAll() {
 	for id, lv := range r.vols {
 		r.teardown(lv, false)
@@ -102,7 +110,7 @@ func (r *reconciler) reconcile(ctx context.Context) {
 	for id, lv := range r.vols {
 		if v := s.VolumeByID(id); v == nil || !v.HasReplica(self) {
 			r.c.log.Info("volume gone from this node: removing it", "volume", lv.spec.Load().Name, "group", id)
-			r.teardown(lv, true)
+			r.teardownAsync(lv)
 			delete(r.vols, id)
 		}
 	}
@@ -112,6 +120,9 @@ func (r *reconciler) reconcile(ctx context.Context) {
 		}
 		lv := r.vols[v.ID]
 		var err error
+		if lv == nil && r.beingRemoved(v.NQN()) {
+			continue // set up on the pass after its old export is gone
+		}
 		if lv == nil {
 			lv, err = r.setup(v)
 			if err == nil {
@@ -123,9 +134,44 @@ func (r *reconciler) reconcile(ctx context.Context) {
 		}
 		r.setFailure(v, err)
 	}
-	if r.isFresh {
+	if r.isFresh && !r.beingRemoved("") {
 		r.deleteOrphans(s)
 	}
+}
+
+// teardownAsync takes a deleted volume down in the background, its data
+// included, so that one volume whose teardown waits (hosts in the middle
+// of writes, a slow drive) never holds up the reconcile loop and with it
+// every other volume on this node. When it is done it asks for another
+// pass (a volume of the same name waits for that).
+func (r *reconciler) teardownAsync(lv *localVolume) {
+	nqn := lv.spec.Load().NQN()
+	r.mu.Lock()
+	r.mu.removing[nqn] = true
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.teardown(lv, true)
+		r.mu.Lock()
+		delete(r.mu.removing, nqn)
+		r.mu.Unlock()
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+// beingRemoved reports whether the volume exported as nqn is being taken
+// down; with nqn "", whether any is.
+func (r *reconciler) beingRemoved(nqn string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if nqn == "" {
+		return len(r.mu.removing) > 0
+	}
+	return r.mu.removing[nqn]
 }
 
 func (r *reconciler) setFailure(v *Volume, err error) {
