@@ -131,16 +131,30 @@ func (c *Controller) identifyController(buf []byte) {
 	nvme.SetPowerStateDescriptor0(buf, psdMaxPower, psdEntryLatUS, psdExitLatUS)
 }
 
+// inactiveNSIDStatus is the status of a command whose NSID names no active
+// namespace (NVMe Base 2.0 §3.2.1.2, §3.2.1.5): Invalid Namespace or Format
+// for an invalid NSID (0, above NN, or the broadcast value FFFFFFFFh where
+// the command does not take it), Invalid Field in Command for a valid NSID
+// that is inactive (no namespace attached, or one being removed). nvmet
+// answers Invalid Namespace for both.
+func (t *Target) inactiveNSIDStatus(nsid uint32) nvme.Status {
+	if nsid == 0 || nsid > t.cfg.MaxNamespaces {
+		return nvme.StatusInvalidNamespace
+	}
+	return nvme.StatusInvalidField
+}
+
 // identifyNamespace fills Identify Namespace (CNS 00h). An inactive NSID
-// returns zeroes (NCAP 0 = not present); 0 and FFFFFFFFh are Invalid
-// Namespace (checklist §3.2).
+// returns zeroes (NCAP 0 = not present: CNS 00h's exception to Invalid
+// Field); an invalid one, FFFFFFFFh included (no Namespace Management), is
+// Invalid Namespace (checklist §3.2).
 func (c *Controller) identifyNamespace(r *Request, buf []byte) nvme.Status {
 	nsid := r.Cmd.NSID()
-	if nsid == 0 || nsid == nvme.NSIDAll {
-		return r.fail(nvme.StatusInvalidNamespace, nvme.SQEOffsetNSID)
-	}
 	ns := c.subsys.table().lookup(nsid)
 	if ns == nil {
+		if st := c.t.inactiveNSIDStatus(nsid); st == nvme.StatusInvalidNamespace {
+			return r.fail(st, nvme.SQEOffsetNSID)
+		}
 		clear(buf)
 		return nvme.StatusSuccess
 	}
@@ -174,11 +188,12 @@ func (c *Controller) identifyNSList(r *Request, buf []byte) nvme.Status {
 // identifyDescriptors fills the Namespace Identification Descriptor list
 // (CNS 03h): UUID and NGUID when set, and the CSI (NVM) always, as nvmet.
 // The host skips a namespace whose list fails, so this must succeed for
-// every active NSID.
+// every active NSID; any other NSID fails as §3.2.1.5 says.
 func (c *Controller) identifyDescriptors(r *Request, buf []byte) nvme.Status {
-	ns := c.subsys.table().lookup(r.Cmd.NSID())
+	nsid := r.Cmd.NSID()
+	ns := c.subsys.table().lookup(nsid)
 	if ns == nil {
-		return r.fail(nvme.StatusInvalidNamespace, nvme.SQEOffsetNSID)
+		return r.fail(c.t.inactiveNSIDStatus(nsid), nvme.SQEOffsetNSID)
 	}
 	clear(buf)
 	off := 0

@@ -79,7 +79,7 @@ func TestIdentifyNamespaceAndLists(t *testing.T) {
 		t.Fatalf("descriptors % x", d[:48])
 	}
 	cpl, _ := q.do(t, identifyCmd(nvme.CNSNSDescriptorList, 9, 0), nil)
-	expectStatus(t, "descriptors of inactive ns", cpl, nvme.StatusInvalidNamespace)
+	expectStatus(t, "descriptors of inactive ns", cpl, nvme.StatusInvalidField)
 	// CNS 06h: CSI 0 → zeroes; other CSI → Invalid Field. CNS 08h, 10h → Invalid Field.
 	cpl, d = q.mustDo(t, identifyCmd(nvme.CNSCSController, 0, 0), nil)
 	if !bytes.Equal(d, make([]byte, 4096)) {
@@ -230,10 +230,10 @@ func TestGetLogPage(t *testing.T) {
 	expectStatus(t, "out of range", cpl, nvme.StatusLBAOutOfRange)
 	bad := rwCmd(nvme.IORead, 9, 0, 0, 512)
 	cpl, _ = a.io[1].do(t, bad, nil)
-	expectStatus(t, "bad nsid", cpl, nvme.StatusInvalidNamespace)
+	expectStatus(t, "inactive nsid", cpl, nvme.StatusInvalidField)
 	_, log := q.mustDo(t, getLogCmd(nvme.LogError, 0, false, 0, 4096, 0), nil)
 	e0, e1 := nvme.UnmarshalErrorLogEntry(log), nvme.UnmarshalErrorLogEntry(log[64:])
-	if e0.ErrorCount != 2 || e0.SQID != 2 || e0.CID != bad.CID() || e0.Status != nvme.StatusInvalidNamespace || e0.ParamErrorLoc != 4 || e0.NSID != 9 {
+	if e0.ErrorCount != 2 || e0.SQID != 2 || e0.CID != bad.CID() || e0.Status != nvme.StatusInvalidField || e0.ParamErrorLoc != 4 || e0.NSID != 9 {
 		t.Fatalf("newest error entry %+v", e0)
 	}
 	if e1.ErrorCount != 1 || e1.SQID != 1 || e1.Status != nvme.StatusLBAOutOfRange || e1.LBA != 4096 || e1.ParamErrorLoc != 40 {

@@ -187,22 +187,22 @@ func (c *Controller) destroy(reason error) {
 	}
 }
 
-// installQueue records sq as queue qid; false when the slot is taken or the
-// controller is gone.
-func (c *Controller) installQueue(qid uint16, sq *SQ) bool {
+// installQueue records sq as queue qid. When it cannot, it reports
+// whether the controller is gone (otherwise qid is taken).
+func (c *Controller) installQueue(qid uint16, sq *SQ) (ok, gone bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.dead {
-		return false
+		return false, true
 	}
 	for int(qid) >= len(c.mu.queues) {
 		c.mu.queues = append(c.mu.queues, nil)
 	}
 	if c.mu.queues[qid] != nil {
-		return false
+		return false, false
 	}
 	c.mu.queues[qid] = sq
-	return true
+	return true, false
 }
 
 // detachQueue forgets an I/O queue whose connection is gone.

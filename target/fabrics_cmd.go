@@ -189,8 +189,15 @@ func (t *Target) connectIO(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectData)
 		connectError(r, nvme.StatusConnectInvalidParameters, false, nvme.ConnectOffsetQID)
 		return
 	}
-	if !c.installQueue(cmd.QID, sq) {
-		sq.complete(r, nvme.StatusConnectControllerBusy)
+	switch ok, gone := c.installQueue(cmd.QID, sq); {
+	case gone: // as if the Connect had come a moment later
+		connectError(r, nvme.StatusConnectInvalidParameters, true, nvme.ConnectDataCNTLID)
+		return
+	case !ok:
+		// The QID is connected already: a sequence error (nvmet_install_queue),
+		// not Controller Busy, which is for a Connect on a connected queue.
+		r.errLoc = nvme.ConnectOffsetQID
+		sq.complete(r, nvme.StatusCommandSequenceError)
 		return
 	}
 	sq.install(c, cmd.QID, cmd)

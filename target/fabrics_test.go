@@ -203,7 +203,7 @@ func TestConnectErrors(t *testing.T) {
 		{"QID > granted", connectCmd(3, 31, 0, 0), data(a.cntlid, testSubNQN, testHostNQN),
 			nvme.StatusConnectInvalidParameters, nvme.ConnectOffsetQID},
 		{"QID in use", connectCmd(1, 31, 0, 0), data(a.cntlid, testSubNQN, testHostNQN),
-			nvme.StatusConnectControllerBusy, 0},
+			nvme.StatusCommandSequenceError, 0},
 		{"Connect data 512 bytes", func() nvme.Command {
 			c := connectCmd(0, 31, 0, 0)
 			c.SetSGL(0, 512, nvme.SGLDataBlockOffset)

@@ -40,7 +40,7 @@ func (sq *SQ) parseIOCmd(c *Controller, r *Request) nvme.Status {
 	}
 	ns := c.subsys.table().lookup(nsid)
 	if ns == nil || !ns.acquire() {
-		return r.fail(nvme.StatusInvalidNamespace, nvme.SQEOffsetNSID)
+		return r.fail(sq.t.inactiveNSIDStatus(nsid), nvme.SQEOffsetNSID)
 	}
 	r.ns = ns
 	if st := sq.port.ana.anaStatus(ns); !st.Success() {
@@ -85,17 +85,16 @@ func (sq *SQ) parseReadWrite(r *Request, ns *Namespace) nvme.Status {
 	return r.expectData(DirH2C, uint32(length))
 }
 
-// parseDSM accepts a payload of at least NR+1 ranges (the Linux host always
-// sends 4096 bytes) and at most MDTS (checklist §4.1, nvmet
-// nvmet_check_data_len_lte).
+// parseDSM accepts a payload of exactly NR+1 ranges, or the whole 4096-byte
+// range list: SGLS bit 16 is 0, so a longer SGL is Data SGL Length
+// Invalid, but Linux hosts send the whole list whatever NR is (checklist
+// §4.1: nvme_setup_discard allocates NVME_DSM_MAX_RANGES ranges), and
+// refusing it would fail every discard they send.
 func (sq *SQ) parseDSM(r *Request) nvme.Status {
 	nr := r.Cmd.CDW(10)&0xFF + 1
 	sgl := r.Cmd.SGLLength()
-	if sgl < nr*nvme.DSMRangeSize {
+	if sgl != nr*nvme.DSMRangeSize && sgl != nvme.DSMPayloadSize {
 		return r.fail(nvme.StatusDataSGLLengthInvalid, nvme.SQEOffsetSGL)
-	}
-	if sgl > uint32(sq.t.cfg.maxTransfer()) {
-		return r.fail(nvme.StatusInvalidField, nvme.SQEOffsetSGL)
 	}
 	r.execute = executeDSM
 	r.Dir, r.TransferLen = DirH2C, sgl

@@ -73,7 +73,8 @@ func TestIOErrors(t *testing.T) {
 		{"LBA out of range", rwCmd(nvme.IORead, 1, 2047, 1, 512), nil, nvme.StatusLBAOutOfRange},
 		{"SLBA beyond NSZE", rwCmd(nvme.IOWrite, 1, 1<<40, 0, 512), nil, nvme.StatusLBAOutOfRange},
 		{"SLBA+NLB wraps", rwCmd(nvme.IORead, 2, ^uint64(0), 1, 4096), nil, nvme.StatusLBAOutOfRange},
-		{"bad NSID", rwCmd(nvme.IORead, 3, 0, 0, 512), nil, nvme.StatusInvalidNamespace},
+		{"inactive NSID", rwCmd(nvme.IORead, 3, 0, 0, 512), nil, nvme.StatusInvalidField},
+		{"NSID above NN", rwCmd(nvme.IORead, 129, 0, 0, 512), nil, nvme.StatusInvalidNamespace},
 		{"NSID 0", rwCmd(nvme.IORead, 0, 0, 0, 512), nil, nvme.StatusInvalidNamespace},
 		{"NSID all (read)", rwCmd(nvme.IORead, nvme.NSIDAll, 0, 0, 512), nil, nvme.StatusInvalidNamespace},
 		{"SGL length short", mod(rwCmd(nvme.IORead, 1, 0, 1, 512), func(c *nvme.Command) {
@@ -331,7 +332,7 @@ func TestRemoveNamespaceDrains(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	cpl, _ := a.io[1].do(t, rwCmd(nvme.IORead, 1, 0, 0, 512), nil)
-	expectStatus(t, "removed namespace", cpl, nvme.StatusInvalidNamespace)
+	expectStatus(t, "removed namespace", cpl, nvme.StatusInvalidField)
 	select {
 	case <-done:
 		t.Fatal("RemoveNamespace returned with a command in flight")
