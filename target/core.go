@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"sync/atomic"
 
+	"basalt/pkg/invariant"
 	"basalt/pkg/nvme"
 )
 
@@ -238,7 +239,8 @@ func (r *Request) checkSGL() nvme.Status {
 		return r.fail(nvme.StatusSGLTypeInvalid, nvme.SQEOffsetSGL+15)
 	}
 	if int(r.TransferLen) > cap(r.Data) {
-		r.sq.t.log.Error("transport buffer smaller than the transfer", "len", r.TransferLen, "cap", cap(r.Data))
+		// The transport promised MaxTransferSize bytes per slot.
+		_ = invariant.Failf("target: transport buffer of %d bytes for a transfer of %d", cap(r.Data), r.TransferLen)
 		return nvme.StatusInternalError
 	}
 	return nvme.StatusSuccess
@@ -250,8 +252,14 @@ func (r *Request) checkSGL() nvme.Status {
 // AER completes later); other I/O commands are handed to a worker. Execute
 // must not be called after Release.
 func (sq *SQ) Execute(r *Request) {
-	if r.execute == nil || r.state.Load() != reqActive {
-		sq.t.log.Error("Execute of a request that Init did not accept", "cid", r.Cmd.CID())
+	if r.state.Load() != reqActive {
+		// Completed already (Init refused it, or it ran): nothing to end.
+		_ = invariant.Failf("target: Execute of a request Init did not accept or that completed (qid %d cid %d)", sq.qid, r.Cmd.CID())
+		return
+	}
+	if r.execute == nil {
+		_ = invariant.Failf("target: Init accepted opcode %#x without a handler (qid %d cid %d)", r.Cmd.Opcode(), sq.qid, r.Cmd.CID())
+		sq.complete(r, nvme.StatusInternalError)
 		return
 	}
 	if sq.work == nil || r.Cmd.IsFabrics() || (r.ns != nil && r.ns.inline) || r.async {
@@ -329,8 +337,9 @@ func (sq *SQ) worker() {
 // hands r back to the transport. r must not be touched afterwards.
 func (sq *SQ) complete(r *Request, status nvme.Status) {
 	if !r.state.CompareAndSwap(reqActive, reqDone) {
+		// The second completion is dropped: the first one ended r.
 		sq.t.doubleCompletions.Add(1)
-		sq.t.log.Error("request completed twice", "qid", sq.qid, "cid", r.Cmd.CID(), "status", status)
+		_ = invariant.Failf("target: request completed twice (qid %d cid %d, second status %v)", sq.qid, r.Cmd.CID(), status)
 		return
 	}
 	sq.counters.commands.Add(1)

@@ -50,4 +50,18 @@
 // tables are immutable snapshots behind atomic pointers, ANA states are
 // atomics per (port, group), and request state lives in the transport's
 // slots.
+//
+// Bad input and broken invariants are told apart (pkg/invariant). Anything
+// a host sends, however malformed, is input: it gets the status the
+// specification names (an invalid command is completed by Init with it),
+// never a panic, a log line at Error level or a closed connection the
+// specification does not call for. A broken invariant is a state no input
+// can cause, only a bug in the core or the transport: a request completed
+// twice, Execute of a request that is not active, a handler missing for an
+// accepted command, a slot buffer smaller than MaxTransferSize. Those call
+// invariant.Failf, which panics with the invariants build tag (tests) and
+// otherwise logs and counts (basalt_invariant_violations_total); the core
+// then contains it to the one command: a second completion is dropped, an
+// inactive request is not run, and the others complete with Internal
+// Error.
 package target

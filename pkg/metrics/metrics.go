@@ -26,6 +26,8 @@
 //	basalt_write_buffer_{size,used}_bytes    write-buffer fill; _records
 //	basalt_drive_{up,reads_total,writes_total,errors_total}{drive,state}
 //	basalt_nvme_*                            controllers, queues, commands, errors
+//	basalt_invariant_violations_total        broken internal invariants contained
+//	                                         (pkg/invariant; anything but 0 is a bug)
 package metrics
 
 import (
@@ -36,6 +38,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/invariant"
 )
 
 // Registry holds a node's metrics.
@@ -73,7 +76,10 @@ func New(src Sources, clk clock.Clock) *Registry {
 			Buckets: latencyBuckets}, labels),
 	}
 	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		r.vol.ops, r.vol.errs, r.vol.bytes, r.vol.latency, &sampler{src: src})
+		r.vol.ops, r.vol.errs, r.vol.bytes, r.vol.latency, &sampler{src: src},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "basalt_invariant_violations_total",
+			Help: "Broken internal invariants found and contained to one command, connection or group (a bug: report it)."},
+			func() float64 { return float64(invariant.Violations()) }))
 	return r
 }
 

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"basalt/pkg/backend"
 	"basalt/pkg/cluster"
+	"basalt/pkg/invariant"
 	"basalt/target"
 )
 
@@ -169,4 +171,11 @@ func BenchmarkVolumeWrite(b *testing.B) {
 	for b.Loop() {
 		_ = v.WriteAt(ctx, buf, 0, 0)
 	}
+}
+
+// Every registry exports the process's invariant violations (pkg/invariant).
+func TestInvariantViolationsExported(t *testing.T) {
+	r := New(Sources{}, nil)
+	mustContain(t, scrape(t, r), "# TYPE basalt_invariant_violations_total counter",
+		fmt.Sprintf("basalt_invariant_violations_total %d\n", invariant.Violations()))
 }
