@@ -9,7 +9,8 @@
 // default 1ms; 0 keeps the kernel's 50µs), which means executing itself once
 // more: see package timerslack for why a busy node wants it.
 //
-// It logs with log/slog to stderr and stops cleanly on SIGTERM or SIGINT.
+// It logs with log/slog to stderr and stops cleanly on SIGTERM or SIGINT,
+// within 10 s; a second signal exits at once.
 package main
 
 import (
@@ -82,21 +83,52 @@ func run() int {
 	} else {
 		printConnectHints(cfg)
 	}
-	// A second signal during the shutdown (a terminal's Ctrl-C reaches the
-	// whole process group, and scripts send SIGTERM too) is ignored: the
-	// shutdown is bounded below anyway.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	<-ctx.Done()
-	log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Shutdown(sctx); err != nil {
-		log.Error("shutdown", "err", err)
-		return 1
+	return awaitStop(log, n)
+}
+
+// shutdownBound bounds a clean stop: after it basaltd exits anyway. That
+// loses nothing acknowledged (every acknowledged write is in the Raft log
+// or on the drives already): it is what kill -9 would do, logged.
+var shutdownBound = 10 * time.Second
+
+// beforeShutdown, when set (by tests), runs before the clean stop.
+var beforeShutdown func()
+
+// awaitStop waits for SIGTERM or SIGINT, then stops the node cleanly within
+// shutdownBound: the listeners drain until a second before it, the rest
+// closes. A second signal during the stop exits at once (a terminal's
+// Ctrl-C pressed again, a supervisor's SIGTERM after its own timeout).
+func awaitStop(log *slog.Logger, n *node.Node) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	s := <-sigs
+	log.Info("shutting down; a second SIGINT or SIGTERM exits at once", "signal", s.String(), "bound", shutdownBound)
+	done := make(chan error, 1)
+	go func() {
+		if beforeShutdown != nil {
+			beforeShutdown()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), max(shutdownBound-time.Second, shutdownBound/2))
+		defer cancel()
+		done <- n.Shutdown(ctx)
+	}()
+	bound := time.NewTimer(shutdownBound)
+	defer bound.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Error("shutdown", "err", err)
+			return 1
+		}
+		log.Info("stopped")
+		return 0
+	case s := <-sigs:
+		log.Warn("second signal: exiting now, without finishing the clean stop", "signal", s.String())
+	case <-bound.C:
+		log.Error("the clean stop did not finish in time: exiting without it", "bound", shutdownBound)
 	}
-	log.Info("stopped")
-	return 0
+	return 1
 }
 
 func newLogger(c config.Log) *slog.Logger {

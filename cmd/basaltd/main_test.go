@@ -6,19 +6,30 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestMain lets the test binary run basaltd's main with the arguments in
 // basaltdArgs, so that the tests can check its exit code and messages.
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv(basaltdArgs); ok {
+		if os.Getenv(hangShutdown) != "" {
+			beforeShutdown = func() { select {} }
+		}
+		if b, err := time.ParseDuration(os.Getenv(bound)); err == nil {
+			shutdownBound = b
+		}
 		os.Args = append([]string{"basaltd"}, strings.Fields(args)...)
 		os.Exit(run())
 	}
 	os.Exit(m.Run())
 }
 
-const basaltdArgs = "BASALTD_TEST_ARGS"
+const (
+	basaltdArgs  = "BASALTD_TEST_ARGS"
+	hangShutdown = "BASALTD_TEST_HANG_SHUTDOWN" // the clean stop never finishes
+	bound        = "BASALTD_TEST_SHUTDOWN_BOUND"
+)
 
 // basaltd runs main with args and returns its exit code and stderr.
 func basaltd(t *testing.T, args string) (int, string) {
