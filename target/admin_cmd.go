@@ -13,6 +13,7 @@ const (
 	ctrattHostID128           = 1 << 0
 	aclAbortLimit             = 3
 	frmwSlot1ReadOnly         = 0x03 // slot 1 read-only, one slot
+	lpaSMARTPerNamespace      = 1 << 0
 	lpaCommandsEffects        = 1 << 1
 	lpaExtendedData           = 1 << 2 // Get Log Page offsets
 	anattSeconds              = 10
@@ -119,7 +120,7 @@ func (c *Controller) identifyController(buf []byte) {
 		id.CNTRLTYPE = nvme.ControllerTypeIO
 		id.CMIC = cmicMultiPortMultiCtrlANA
 		id.MDTS = cfg.MDTS
-		id.LPA = lpaCommandsEffects | lpaExtendedData
+		id.LPA = lpaSMARTPerNamespace | lpaCommandsEffects | lpaExtendedData
 		id.ANATT, id.ANACAP, id.ANAGRPMAX, id.NANAGRPID = anattSeconds, anacapAll, nn, nn
 		id.SQES, id.CQES, id.MAXCMD = sqesNVM, cqesNVM, cfg.MQES+1
 		id.NN, id.MNAN = nn, nn

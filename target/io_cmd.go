@@ -108,10 +108,7 @@ func executeRead(r *Request) {
 	sq := r.sq
 	n := r.TransferLen
 	err := r.ns.be.ReadAt(sq.ctx, r.Data[:n], r.offset())
-	sq.counters.readCmds.Add(1)
-	if err == nil {
-		sq.counters.bytesRead.Add(uint64(n))
-	}
+	r.countIO(false, n, err)
 	sq.complete(r, r.statusFor(err, ioOffsetSLBA))
 }
 
@@ -147,12 +144,8 @@ func (r *Request) writeFlags() backend.WriteFlags {
 
 // writeDone counts a write of n bytes and completes r with err's status.
 func (r *Request) writeDone(n uint32, err error) {
-	sq := r.sq
-	sq.counters.writeCmds.Add(1)
-	if err == nil {
-		sq.counters.bytesWritten.Add(uint64(n))
-	}
-	sq.complete(r, r.statusFor(err, ioOffsetSLBA))
+	r.countIO(true, n, err)
+	r.sq.complete(r, r.statusFor(err, ioOffsetSLBA))
 }
 
 func executeFlush(r *Request) {

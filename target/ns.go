@@ -53,6 +53,9 @@ type Namespace struct {
 	aw backend.AsyncWriter
 	// nsze is the size in logical blocks; NotifyNamespaceChanged updates it.
 	nsze atomic.Uint64
+	// io counts the namespace's reads and writes on this node, for its
+	// SMART / Health Information log (logpage.go).
+	io queueCounters
 
 	// inflight counts commands that resolved this namespace and have not
 	// completed; removal waits for it to drain.

@@ -137,3 +137,21 @@ func TestBadGeometryIsRejected(t *testing.T) {
 		t.Error("zero size accepted")
 	}
 }
+
+type healthy struct{ Backend }
+
+func (healthy) Health() (Health, bool) { return Health{Drives: 3, Parity: 1}, true }
+
+// HealthOf returns a reporter's health and nothing for other backends.
+func TestHealthOf(t *testing.T) {
+	m, err := NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := HealthOf(m); ok || h != (Health{}) {
+		t.Fatalf("memory backend reports health %+v", h)
+	}
+	if h, ok := HealthOf(healthy{m}); !ok || h.Drives != 3 || h.Parity != 1 {
+		t.Fatalf("HealthOf = %+v, %v", h, ok)
+	}
+}

@@ -179,3 +179,22 @@ func TestInvariantViolationsExported(t *testing.T) {
 	mustContain(t, scrape(t, r), "# TYPE basalt_invariant_violations_total counter",
 		fmt.Sprintf("basalt_invariant_violations_total %d\n", invariant.Violations()))
 }
+
+type healthBackend struct{ backend.Backend }
+
+func (healthBackend) Health() (backend.Health, bool) { return backend.Health{Drives: 4}, true }
+
+// The instrumented volume forwards the health of what it wraps.
+func TestVolumeForwardsHealth(t *testing.T) {
+	r := New(Sources{}, nil)
+	mem, err := backend.NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := backend.HealthOf(r.WrapVolume("a", mem)); ok {
+		t.Fatal("health reported over a backend without any")
+	}
+	if h, ok := backend.HealthOf(r.WrapVolume("b", healthBackend{mem})); !ok || h.Drives != 4 {
+		t.Fatalf("HealthOf = %+v, %v", h, ok)
+	}
+}

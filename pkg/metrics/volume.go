@@ -103,6 +103,9 @@ func (v *Volume) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done fu
 	})
 }
 
+// Health implements backend.HealthReporter: as the instrumented backend.
+func (v *Volume) Health() (backend.Health, bool) { return backend.HealthOf(v.Backend) }
+
 // Flush implements backend.Backend.
 func (v *Volume) Flush(ctx context.Context) error {
 	start := v.clock.Now().UnixNano()

@@ -112,6 +112,16 @@ const (
 	CommandsEffectsIOOffset = 1024 // I/O command set entries start here
 )
 
+// SMART / Health Information Critical Warning bits (NVMe Base 2.0
+// §5.16.1.3, byte 0).
+const (
+	SMARTWarnSpare        = 1 << 0 // available spare below the threshold
+	SMARTWarnTemperature  = 1 << 1 // temperature at or beyond a threshold
+	SMARTWarnReliability  = 1 << 2 // reliability degraded (media or internal errors)
+	SMARTWarnReadOnly     = 1 << 3 // media placed in read-only mode
+	SMARTWarnVolatileBack = 1 << 4 // volatile memory backup device failed
+)
+
 // Commands Supported and Effects entry bits (NVMe Base 2.0 §5.16.1.6).
 const (
 	EffectCSUPP = 1 << 0 // command supported
@@ -171,10 +181,14 @@ func UnmarshalErrorLogEntry(b []byte) ErrorLogEntry {
 //	4 spare threshold (1)   5 percentage used (1)
 //	32 data units read (16)  48 data units written (16)
 //	64 host read commands (16)  80 host write commands (16)
+//	128 power on hours (16)  144 unsafe shutdowns (16)
+//	160 media and data integrity errors (16)  176 error log entries (16)
 type SMARTLog struct {
+	CriticalWarning    uint8 // SMARTWarn* bits
 	CompositeTemp      uint16
 	AvailableSpare     uint8
 	SpareThreshold     uint8
+	PercentageUsed     uint8
 	DataUnitsRead      uint64
 	DataUnitsWritten   uint64
 	HostReadCommands   uint64
@@ -190,8 +204,9 @@ func (s *SMARTLog) Marshal(b []byte) {
 	b = b[:SMARTLogSize]
 	clear(b)
 	le := binary.LittleEndian
+	b[0] = s.CriticalWarning
 	le.PutUint16(b[1:], s.CompositeTemp)
-	b[3], b[4] = s.AvailableSpare, s.SpareThreshold
+	b[3], b[4], b[5] = s.AvailableSpare, s.SpareThreshold, s.PercentageUsed
 	le.PutUint64(b[32:], s.DataUnitsRead)
 	le.PutUint64(b[48:], s.DataUnitsWritten)
 	le.PutUint64(b[64:], s.HostReadCommands)
@@ -208,8 +223,8 @@ func UnmarshalSMARTLog(b []byte) SMARTLog {
 	_ = b[SMARTLogSize-1]
 	le := binary.LittleEndian
 	return SMARTLog{
-		CompositeTemp: le.Uint16(b[1:]), AvailableSpare: b[3], SpareThreshold: b[4],
-		DataUnitsRead: le.Uint64(b[32:]), DataUnitsWritten: le.Uint64(b[48:]),
+		CriticalWarning: b[0], CompositeTemp: le.Uint16(b[1:]), AvailableSpare: b[3], SpareThreshold: b[4],
+		PercentageUsed: b[5], DataUnitsRead: le.Uint64(b[32:]), DataUnitsWritten: le.Uint64(b[48:]),
 		HostReadCommands: le.Uint64(b[64:]), HostWriteCommands: le.Uint64(b[80:]),
 		PowerOnHours: le.Uint64(b[128:]), UnsafeShutdowns: le.Uint64(b[144:]),
 		MediaErrors: le.Uint64(b[160:]), ErrorLogEntriesNum: le.Uint64(b[176:]),
