@@ -3,7 +3,9 @@ package pmem
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"unsafe"
 
@@ -25,7 +27,10 @@ var _ Region = (*FileRegion)(nil)
 // OpenFile maps the first size bytes of the file at path, creating the file,
 // or extending it with allocated zero bytes, when it is shorter. size must be a
 // positive multiple of the page size. A longer file keeps its length and only
-// its first size bytes are mapped.
+// its first size bytes are mapped. A file it extends is synced (fsync) before
+// it is mapped, and a file it creates has its directory synced too, so that
+// after a power loss the file is still there at its full size: a log on it
+// must not vanish or shrink under records it acknowledged.
 //
 // It first asks for a MAP_SHARED_VALIDATE|MAP_SYNC mapping (ModeDAX). A kernel
 // or filesystem that cannot give one (EOPNOTSUPP, EINVAL: tmpfs, ext4 or XFS
@@ -36,21 +41,60 @@ func OpenFile(path string, size int) (*FileRegion, error) {
 	if size <= 0 || size%pageSize != 0 {
 		return nil, fmt.Errorf("%w: %d bytes is not a positive multiple of the %d-byte page", ErrSize, size, pageSize)
 	}
-	file, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	file, created, err := openOrCreate(path)
 	if err != nil {
 		return nil, fmt.Errorf("pmem: while opening: %w", err)
 	}
-	r, err := mapFile(file, size)
+	r, err := mapFile(file, size, created)
 	if err != nil {
 		return nil, errors.Join(err, file.Close())
 	}
 	return r, nil
 }
 
-func mapFile(file *os.File, size int) (*FileRegion, error) {
+// openOrCreate opens path read-write, creating it if it does not exist;
+// created says whether this call created it.
+func openOrCreate(path string) (file *os.File, created bool, err error) {
+	for {
+		file, err = os.OpenFile(path, os.O_RDWR, 0)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return file, false, err
+		}
+		file, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if !errors.Is(err, fs.ErrExist) { // else created meanwhile: open it
+			return file, err == nil, err
+		}
+	}
+}
+
+// syncFile and syncDir make a file's data and size, and a directory's
+// entries, durable. Tests replace them to see that OpenFile calls them.
+var (
+	syncFile = func(f *os.File) error { return f.Sync() }
+	syncDir  = func(dir string) error {
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		return errors.Join(d.Sync(), d.Close())
+	}
+)
+
+func mapFile(file *os.File, size int, created bool) (*FileRegion, error) {
 	path := file.Name()
-	if err := extendFile(file, int64(size)); err != nil {
+	extended, err := extendFile(file, int64(size))
+	if err != nil {
 		return nil, err
+	}
+	if extended || created {
+		if err := syncFile(file); err != nil {
+			return nil, fmt.Errorf("pmem: while syncing %s: %w", path, err)
+		}
+	}
+	if created {
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return nil, fmt.Errorf("pmem: while syncing the directory of %s: %w", path, err)
+		}
 	}
 	fd := int(file.Fd())
 	const protection = unix.PROT_READ | unix.PROT_WRITE
@@ -76,23 +120,23 @@ func mapFile(file *os.File, size int) (*FileRegion, error) {
 
 // extendFile makes the file at least size bytes long, allocating the blocks
 // where the filesystem can, so that a store to the mapping never faults for
-// lack of space (SIGBUS).
-func extendFile(file *os.File, size int64) error {
+// lack of space (SIGBUS). It reports whether it changed the file.
+func extendFile(file *os.File, size int64) (bool, error) {
 	info, err := file.Stat()
 	if err != nil {
-		return fmt.Errorf("pmem: while sizing: %w", err)
+		return false, fmt.Errorf("pmem: while sizing: %w", err)
 	}
 	if info.Size() >= size {
-		return nil
+		return false, nil
 	}
 	err = unix.Fallocate(int(file.Fd()), 0, 0, size)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 		err = file.Truncate(size)
 	}
 	if err != nil {
-		return fmt.Errorf("pmem: while extending %s to %d bytes: %w", file.Name(), size, err)
+		return false, fmt.Errorf("pmem: while extending %s to %d bytes: %w", file.Name(), size, err)
 	}
-	return nil
+	return true, nil
 }
 
 // Bytes returns the mapping.
