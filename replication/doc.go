@@ -88,7 +88,10 @@
 // before the pins, since a new group registers its pin (the next Seq) before
 // its first record. Recovery then sees, for every group, its newest state
 // record and every entry after it; older records that survive are harmless
-// (recover.go). A group that writes nothing would pin the buffer for ever;
+// (recover.go). The log's identity record is a pin too: when it is the
+// oldest and something above it could be freed, the releaser has it copied
+// to the head and frees past the old copy on a later pass. A group that
+// writes nothing would pin the buffer for ever;
 // when the buffer is more than half full the releaser asks the group with the
 // smallest pin to checkpoint: compact to its durable applied index and
 // rewrite whatever entries remain into one new state record, if the buffer
@@ -188,7 +191,7 @@
 //	     1    1 flags (kindState: bit 0 = replace; otherwise 0)
 //	     2    2 zero
 //	     4    4 entry count
-//	     8    8 group ID (never 0)
+//	     8    8 group ID (0 in kindIdentity only)
 //	    16    8 hard state: term
 //	    24    8 hard state: vote
 //	    32    8 hard state: commit
@@ -217,6 +220,19 @@
 //
 // kindRemove (cache.Kind 3): the group was removed; recovery forgets its
 // earlier records. The 40-byte header alone, hard state zero.
+//
+// kindIdentity (cache.Kind 4): the log's identity stamp (pkg/identity), which
+// cluster and which node the log belongs to. Group ID 0, count 0, hard state
+// zero; both UUIDs non-zero. Written once, when the node first stamps the log
+// (bootstrap, or adopting a log written before stamps existed), then copied
+// to the head whenever it is the only record keeping the releaser from
+// freeing more (identity.go). Every copy carries the same stamp; recovery
+// refuses a log whose copies disagree.
+//
+//	offset size field
+//	     0   40 header (group 0)
+//	    40   16 cluster UUID
+//	    56   16 node UUID
 //
 // Each entry:
 //

@@ -52,6 +52,7 @@ type Host struct {
 
 	releaser releaser
 	space    space
+	ident    logIdentity // the log's identity stamp (identity.go)
 	wg       sync.WaitGroup
 }
 
@@ -68,10 +69,11 @@ func NewHost(cfg Config) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replication: while opening the log region: %w", err)
 	}
-	logs, err := recoverLogs(buf)
+	rec, err := recoverLog(buf)
 	if err != nil {
 		return nil, errors.Join(err, buf.Close())
 	}
+	logs := rec.logs
 	stats := buf.Stats()
 	if limit := stats.MaxPayload / 4; cfg.MaxProposalSize > limit {
 		cfg.MaxProposalSize = limit
@@ -81,6 +83,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	h.mu.groups = make(map[GroupID]*Group)
 	h.mu.dormant = logs
+	h.ident.init(rec)
 	h.mu.removing = make(map[GroupID]*logStorage)
 	h.routes.Store(&map[GroupID]*Group{})
 	h.releaser.init(h)

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/cache"
+	"basalt/pkg/identity"
 )
 
 // Record kinds in the log region (doc.go, "Log records").
@@ -14,6 +15,8 @@ const (
 	kindEntries cache.Kind = 1
 	kindState   cache.Kind = 2
 	kindRemove  cache.Kind = 3
+	// kindIdentity carries the log's identity stamp (identity.go); group 0.
+	kindIdentity cache.Kind = 4
 )
 
 const (
@@ -37,6 +40,8 @@ type record struct {
 	// kindState only:
 	snapIndex, snapTerm uint64
 	conf                raftpb.ConfState
+	// kindIdentity only:
+	stamp identity.Stamp
 }
 
 // entryRef locates one entry's data inside a record payload.
@@ -142,6 +147,31 @@ func (b *recordBuilder) removeRecord(group GroupID) [][]byte {
 	return b.pieces
 }
 
+// identityRecordSize is the payload of a kindIdentity record.
+const identityRecordSize = recordHeaderSize + 32
+
+// identityRecord builds a kindIdentity record: the header with group 0 and
+// no hard state, then the cluster and node UUIDs.
+func (b *recordBuilder) identityRecord(s identity.Stamp) [][]byte {
+	b.start(0, 0, 0, raftpb.HardState{})
+	b.head = append(b.head, s.Cluster[:]...)
+	b.head = append(b.head, s.Node[:]...)
+	b.add(b.head)
+	return b.pieces
+}
+
+func (r *record) decodeIdentity(p []byte, count uint32) error {
+	if r.flags != 0 || count != 0 || len(p) != identityRecordSize || r.hard != (raftpb.HardState{}) {
+		return corruptf("identity record: flags %#x, count %d, %d bytes", r.flags, count, len(p))
+	}
+	copy(r.stamp.Cluster[:], p[recordHeaderSize:])
+	copy(r.stamp.Node[:], p[recordHeaderSize+16:])
+	if !r.stamp.Complete() {
+		return corruptf("identity record with a zero UUID: %v", r.stamp)
+	}
+	return nil
+}
+
 // decodeRecord parses and checks a record payload. It never panics on
 // malformed input; every inconsistency is an ErrCorrupt error.
 func decodeRecord(kind cache.Kind, p []byte) (record, error) {
@@ -160,8 +190,8 @@ func decodeRecord(kind cache.Kind, p []byte) (record, error) {
 		Vote:   binary.LittleEndian.Uint64(p[24:]),
 		Commit: binary.LittleEndian.Uint64(p[32:]),
 	}
-	if p[2] != 0 || p[3] != 0 || r.group == 0 {
-		return r, corruptf("record header has reserved bits set or group 0")
+	if p[2] != 0 || p[3] != 0 || (r.group == 0) != (kind == kindIdentity) {
+		return r, corruptf("record header has reserved bits set or group %v in a record of kind %v", r.group, kind)
 	}
 	switch kind {
 	case kindEntries:
@@ -177,6 +207,8 @@ func decodeRecord(kind cache.Kind, p []byte) (record, error) {
 			return r, corruptf("remove record: flags %#x, count %d, %d bytes", r.flags, count, len(p))
 		}
 		return r, nil
+	case kindIdentity:
+		return r, r.decodeIdentity(p, count)
 	default:
 		return r, corruptf("unknown record kind %v", kind)
 	}

@@ -104,6 +104,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	pieces, _ := b.stateRecord(1, stateFlagReplace, hs, 5, 2, raftpb.ConfState{Voters: []uint64{1}}, ents)
 	f.Add(uint8(kindState), joinPieces(pieces))
 	f.Add(uint8(kindRemove), joinPieces(b.removeRecord(1)))
+	f.Add(uint8(kindIdentity), joinPieces(b.identityRecord(testStamp(1))))
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
 		r, err := decodeRecord(cache.Kind(kind), payload)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/cache"
+	"basalt/pkg/identity"
 )
 
 // replayState accumulates one group's records during recovery.
@@ -28,11 +29,34 @@ type replayState struct {
 
 // recoverLogs rebuilds every group's log from the write buffer.
 func recoverLogs(buf *cache.Buffer) (map[GroupID]*logStorage, error) {
+	rec, err := recoverLog(buf)
+	return rec.logs, err
+}
+
+// recovery is what the write buffer held: every group's log and the log's
+// identity stamp (identity.go; zero stampSeq: none).
+type recovery struct {
+	logs     map[GroupID]*logStorage
+	stamp    identity.Stamp
+	stampSeq cache.Seq // the newest identity record
+}
+
+// recoverLog rebuilds every group's log and the identity stamp. Every
+// identity record in the log must carry the same stamp.
+func recoverLog(buf *cache.Buffer) (recovery, error) {
+	var rec recovery
 	states := make(map[GroupID]*replayState)
 	err := buf.Replay(func(seq cache.Seq, kind cache.Kind, payload []byte) error {
 		r, err := decodeRecord(kind, payload)
 		if err != nil {
 			return fmt.Errorf("record %v: %w", seq, err)
+		}
+		if kind == kindIdentity {
+			if rec.stampSeq != 0 && r.stamp != rec.stamp {
+				return corruptf("identity record %v says %v, record %v said %v", seq, r.stamp, rec.stampSeq, rec.stamp)
+			}
+			rec.stamp, rec.stampSeq = r.stamp, seq
+			return nil
 		}
 		if kind == kindRemove {
 			delete(states, r.group)
@@ -52,17 +76,17 @@ func recoverLogs(buf *cache.Buffer) (map[GroupID]*logStorage, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("replication: while recovering the log: %w", err)
+		return recovery{}, fmt.Errorf("replication: while recovering the log: %w", err)
 	}
-	out := make(map[GroupID]*logStorage, len(states))
+	rec.logs = make(map[GroupID]*logStorage, len(states))
 	for group, st := range states {
 		s, err := st.finish(group, buf)
 		if err != nil {
-			return nil, err
+			return recovery{}, err
 		}
-		out[group] = s
+		rec.logs[group] = s
 	}
-	return out, nil
+	return rec, nil
 }
 
 func (st *replayState) replayEntries(seq cache.Seq, r *record) {

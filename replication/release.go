@@ -84,7 +84,7 @@ func (r *releaser) releaseOnce() {
 	// appends, so a record appended after this read is either counted by its
 	// group's pin or above last.
 	stats := h.buf.Stats()
-	low := r.lowestPin(uint64(stats.Last) + 1)
+	low := h.keepIdentity(r.lowestPin(uint64(stats.Last) + 1)) // identity.go
 	if upTo := cache.Seq(low.pin - 1); upTo > r.mu.released {
 		if err := h.buf.Release(upTo); err != nil {
 			h.log.Error("releasing the write buffer failed", "up_to", upTo, "err", err)
