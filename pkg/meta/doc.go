@@ -2,7 +2,7 @@
 // top of github.com/dgraph-io/badger/v4, which no other package imports.
 //
 // The log-structured store (pkg/store) keeps here what is not on its drives:
-// the node's identity and geometry, the drives it owns, the volumes, the
+// the node's identity (its UUID and its cluster's) and geometry, the drives it owns, the volumes, the
 // segment table, the GC counters and the checkpoints of every volume's LBA
 // map. The drives carry the data and the segment summaries; recovery reads
 // the latest checkpoint from here and the summaries written after it from
@@ -23,7 +23,10 @@
 //
 //	key                                     value
 //	--------------------------------------  ------------------------------------
-//	"node"                                  NodeInfo
+//	"node"                                  NodeInfo (with the store's stamp:
+//	                                        node_uuid, cluster_uuid)
+//	"identity"                              identity.Stamp (identity.go)
+//	"cluster/state"                         pkg/cluster's record (cluster.go)
 //	"drive/" u32 index                      DriveInfo
 //	"vol/" u32 id                           VolumeInfo
 //	"seg/" u32 id                           SegmentInfo (absent: never used, free, gen 0)

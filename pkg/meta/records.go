@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+
+	"basalt/pkg/identity"
 )
 
 // ChunkEntries is the number of map entries in one checkpoint chunk: 4096
@@ -29,8 +31,14 @@ func (id SegmentID) String() string { return "seg" + strconv.FormatUint(uint64(i
 type NodeInfo struct {
 	// FormatVersion is the metadata format; Open refuses other versions.
 	FormatVersion int `json:"format_version"`
-	// NodeUUID is also written into every drive's superblock.
+	// NodeUUID is also written into every drive's superblock. On a cluster
+	// node it is the node's identity.NodeUUID (pkg/store Options.Stamp); a
+	// store formatted before identity stamps has a UUID of its own, which
+	// the node adopts.
 	NodeUUID [16]byte `json:"node_uuid"`
+	// ClusterUUID is the cluster the store's node belongs to (zero: a node
+	// without a cluster, or a store formatted before identity stamps).
+	ClusterUUID identity.ClusterUUID `json:"cluster_uuid,omitzero"`
 	// Drives is the number of drive slots.
 	Drives int `json:"drives"`
 	// Data and Parity are the configured stripe geometry (chunks), and
