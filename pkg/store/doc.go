@@ -253,6 +253,26 @@
 // progress, the last pass and when the next is due, for the API and the
 // metrics.
 //
+// # Identity
+//
+// The store's own identity is its node record in the metadata (pkg/meta
+// NodeInfo, JSON) and the superblock of each drive (pkg/disk doc.go):
+//
+//	where                 field         value
+//	--------------------  ------------  --------------------------------------
+//	metadata "node"       node_uuid     the node's UUID (identity.NodeUUID)
+//	metadata "node"       cluster_uuid  its cluster's UUID (absent: no cluster,
+//	                                    or formatted before identity stamps)
+//	superblock, offset 32 node UUID     the same node UUID, on every drive
+//
+// On a cluster node Options.Stamp gives both UUIDs: a new format writes them,
+// and Open refuses a node record that names another node or cluster
+// (ErrForeignStore); a record formatted before stamps, whose node UUID the
+// node adopted as its own, gets the cluster UUID written in. A drive whose
+// superblock names another node is opened failed (below); ReadIdentity reads
+// all of it without opening the store, so that the node can refuse such
+// state before it writes anything (pkg/node).
+//
 // # Drive failure
 //
 // A drive that fails an I/O with disk.ErrDriveFailed, or fails a write, is

@@ -54,6 +54,11 @@ func (s *Store) mountDrives() error {
 		slot.state.Store(uint32(info.State))
 		slot.mu.info = info
 		s.drives[i] = slot
+	}
+	// Every slot exists before the first failure is recorded:
+	// setDriveState counts them all.
+	for i, slot := range s.drives {
+		info := slot.mu.info
 		if info.State == meta.DriveFailed {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"basalt/ec"
 	"basalt/pkg/clock"
 	"basalt/pkg/disk"
+	"basalt/pkg/identity"
 	"basalt/pkg/meta"
 	"basalt/pkg/pmem"
 )
@@ -66,6 +67,11 @@ type Options struct {
 	// Meta is an open metadata store to use instead of MetaDir; the Store
 	// does not close it.
 	Meta *meta.DB
+	// Stamp is the cluster node's identity (pkg/identity; zero on a node
+	// without a cluster). A new format writes its node UUID into the node
+	// record and every superblock, with its cluster UUID in the node record;
+	// a later Open refuses a store formatted for another (ErrForeignStore).
+	Stamp identity.Stamp
 
 	// Parity is the number of parity chunks per stripe (format). When both
 	// Parity and Data are 0 and there are at least two drives, Parity is 1

@@ -236,6 +236,9 @@ func (s *Store) mount() error {
 			return err
 		}
 	}
+	if err := s.checkStamp(&node); err != nil {
+		return err
+	}
 	if len(s.opts.Drives) != node.Drives {
 		return fmt.Errorf("%w: formatted with %d drives, given %d", ErrInvalidOptions, node.Drives,
 			len(s.opts.Drives))
@@ -264,9 +267,9 @@ func (s *Store) format() (meta.NodeInfo, error) {
 			smallest = d.Size()
 		}
 	}
-	node := meta.NodeInfo{FormatVersion: meta.FormatVersion, NodeUUID: disk.NewUUID(), Drives: len(o.Drives),
-		Data: o.Data, Parity: o.Parity, ChunkSize: o.ChunkSize, SegmentStripes: o.SegmentStripes,
-		Segments: int((smallest - disk.ReservedSize) / columnBytes)}
+	node := meta.NodeInfo{FormatVersion: meta.FormatVersion, NodeUUID: o.formatNodeUUID(), ClusterUUID: o.Stamp.Cluster,
+		Drives: len(o.Drives), Data: o.Data, Parity: o.Parity, ChunkSize: o.ChunkSize,
+		SegmentStripes: o.SegmentStripes, Segments: int((smallest - disk.ReservedSize) / columnBytes)}
 	if node.Segments < 8 {
 		return meta.NodeInfo{}, fmt.Errorf("%w: drives of %d bytes hold %d segments of %d bytes, need 8",
 			ErrInvalidOptions, smallest, max(node.Segments, 0), columnBytes)
