@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Ceph RBD for the comparison, deployed by hand (../shared/research/ceph-baseline.md):
+# Ceph RBD for the comparison, deployed by hand:
 # 1 mon, 1 mgr, 3 OSDs (BlueStore on files, WAL and DB on tmpfs), each OSD its
 # own CRUSH host, pool size 3, one image; everything on 127.0.0.1, in the
 # foreground under this script, torn down by ceph_down. Sourced by compare.sh.

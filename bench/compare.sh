@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/compare.sh — one command (`make compare`): a raw socket, the raw local
 # disk, Ceph RBD and Basalt, measured on this machine in one run with the same
-# workloads (W1-W5 and QD 1 of ../shared/DESIGN.md, plus a 4 KiB random
+# workloads (the presets W1-W5 and QD 1 of pkg/bench/spec.go, plus a 4 KiB random
 # read/write queue-depth sweep), then docs/bench/results.{json,md} and PNG plots.
 #
 #   bench/compare.sh              full run: 4 GiB volume/image, 30 s per point
