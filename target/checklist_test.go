@@ -9,9 +9,10 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// The checklist's TL;DR (research/nvme-tcp-checklist.md) item by item, for
-// the items the core owns. Items 1, 2 and 5 (ICResp, C2H PDU rules, R2T)
-// are transport rules tested in target/tcp; 15 is not a target property.
+// A checklist of what the Linux host relies on, item by item (each
+// subtest names its item), for the items the core owns. Items 1, 2 and 5
+// (ICResp, C2H PDU rules, R2T) are transport rules tested in target/tcp;
+// 15 is not a target property.
 // Most items are also covered in depth by the tests named in each comment.
 func TestChecklistTLDR(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.InCapsuleDataSize = -1 })

@@ -172,7 +172,7 @@ func TestAdminReleaseDestroysController(t *testing.T) {
 	}
 }
 
-// Host access lists (checklist §5, DESIGN "access control"): a host sees
+// Host access lists (a subsystem's allowed host NQNs): a host sees
 // only subsystems it may access; revoking access tears its controllers down.
 func TestHostAccess(t *testing.T) {
 	env := newEnv(t)

@@ -55,8 +55,8 @@ type Preset struct {
 	QueueDepth        int // 0 = keep the Spec's
 }
 
-// Presets are the reference workloads of DESIGN.md plus the queue-depth-1
-// latency runs.
+// Presets are the reference workloads W1-W5 on which docs/bench compares
+// Basalt with Ceph, plus the queue-depth-1 latency runs.
 var Presets = []Preset{
 	{Name: "W1", Description: "4 KiB random read", BlockSize: 4096, ReadPct: 100, RandomPct: 100},
 	{Name: "W2", Description: "4 KiB random write", BlockSize: 4096, ReadPct: 0, RandomPct: 100},

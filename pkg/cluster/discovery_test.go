@@ -64,7 +64,8 @@ func discoveredPaths(t *testing.T, addr, hostNQN, nqn string) []string {
 
 // Every node's discovery log lists a volume on exactly the ports of the
 // nodes holding a replica, the node that holds none included, for the
-// hosts the volume admits (DESIGN.md, Multipath and failover).
+// hosts the volume admits (docs/ARCHITECTURE.md, "Multipath and ANA
+// failover").
 func TestDiscoveryListsReplicaNodes(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	addrs := map[cluster.NodeID]string{}

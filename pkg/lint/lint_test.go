@@ -57,8 +57,9 @@ func under(path string, roots ...string) bool {
 	return false
 }
 
-// TestThirdPartyDependenciesStayBehindOnePackage: DESIGN.md and aesthetics.md
-// §2.1: each third-party module is imported by exactly one package (tree).
+// TestThirdPartyDependenciesStayBehindOnePackage: each third-party module is
+// imported by exactly one package (tree), so that replacing it touches one
+// place (docs/ARCHITECTURE.md, "Dependencies").
 func TestThirdPartyDependenciesStayBehindOnePackage(t *testing.T) {
 	owners := map[string][]string{
 		"github.com/klauspost/reedsolomon":  {"ec"},
@@ -83,9 +84,9 @@ func TestThirdPartyDependenciesStayBehindOnePackage(t *testing.T) {
 	}
 }
 
-// TestDependenciesPointDownward: DESIGN.md "Components": target knows nothing
-// of Raft, drives or parity; the storage rooms know nothing of NVMe or Raft;
-// nothing imports cmd/ or tests/.
+// TestDependenciesPointDownward (docs/ARCHITECTURE.md, "Dependencies"):
+// target knows nothing of Raft, drives or parity; the storage packages know
+// nothing of NVMe or Raft; nothing imports cmd/ or tests/.
 func TestDependenciesPointDownward(t *testing.T) {
 	forbidden := []struct {
 		from []string
@@ -110,7 +111,7 @@ func TestDependenciesPointDownward(t *testing.T) {
 			}
 			for _, rule := range forbidden {
 				if under(from, rule.from...) && under(to, rule.to...) && !(from == "pkg/nvme/host" && to == "pkg/nvme") {
-					t.Errorf("%s imports %s: dependencies must point downward (DESIGN.md)", from, to)
+					t.Errorf("%s imports %s: dependencies must point downward (docs/ARCHITECTURE.md)", from, to)
 				}
 			}
 		}
@@ -121,9 +122,9 @@ func TestDependenciesPointDownward(t *testing.T) {
 // black-box tests, the host library (an initiator tool) and the node wiring.
 var clockExempt = []string{"pkg/clock", "cmd", "tests", "pkg/nvme/host", "pkg/lint"}
 
-// TestNoDirectTimeOrRawAtomics: aesthetics.md §2.4 and §2.9: the engine reads
-// time only through pkg/clock so it can be simulated from a seed, and uses
-// typed atomics (atomic.Uint64), never the raw functions.
+// TestNoDirectTimeOrRawAtomics: the engine reads time only through pkg/clock
+// so it can be simulated from a seed, and uses typed atomics (atomic.Uint64),
+// never the raw functions.
 func TestNoDirectTimeOrRawAtomics(t *testing.T) {
 	banned := map[string]bool{"Now": true, "Sleep": true, "After": true, "AfterFunc": true,
 		"NewTicker": true, "NewTimer": true, "Since": true, "Tick": true, "Until": true}

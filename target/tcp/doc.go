@@ -73,13 +73,17 @@
 // target.Request requires. Released slots are reused most-recent first, so
 // at low queue depth only a few buffers are ever allocated.
 //
-// # Decisions (checklist = shared/research/nvme-tcp-checklist.md)
+// # Decisions
+//
+// Where NVMe/TCP 1.0 leaves a choice, or the Linux target (nvmet), SPDK and
+// FreeBSD differ, the transport does this:
 //
 //   - Header validation follows FreeBSD nvmf_tcp_validate_pdu_header field
-//     by field, lowest field first (checklist §1.9), except: a second ICReq
-//     is a PDU sequence error (SPDK, nvmet); DDGSTF is required only on PDUs
-//     with data (H-TCP nvme_tcp_setup_cmd_pdu; nvmet "len && !DDGSTF"); PDO
-//     alignment is checked only for CPDA ≠ 0 (SPDK nvmf_tcp_pdu_ch_handle).
+//     by field, lowest field first, except: a second ICReq is a PDU
+//     sequence error (SPDK, nvmet); DDGSTF is required only on PDUs with
+//     data (the Linux host's nvme_tcp_setup_cmd_pdu; nvmet "len &&
+//     !DDGSTF"); PDO alignment is checked only for CPDA ≠ 0 (SPDK
+//     nvmf_tcp_pdu_ch_handle).
 //   - In-capsule data larger than the queue accepts (8 KiB, or the I/O
 //     queue's IOCCSZ-derived size if larger) is FES 05h at the header: the
 //     PDU is not read. An SGL that does not describe the in-capsule data the
@@ -96,7 +100,7 @@
 //     command with Transient Transport Error instead).
 //   - A capsule reusing an outstanding CID, or exceeding the queue depth, is
 //     FES 02h: a Command ID Conflict status would carry the same CID and
-//     complete the host's original command (H-NVMEH nvme_find_rq).
+//     complete the host's original command (Linux nvme_find_rq).
 //   - C2HData carries at most Options.C2HDataSize bytes; the last has
 //     LAST_PDU, and SUCCESS (no CapsuleResp) only when the queue's Connect
 //     disabled SQ flow control and DW0/DW1 are zero (SPDK, nvmet).

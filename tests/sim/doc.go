@@ -1,5 +1,6 @@
 // Package sim is a deterministic simulation of a three-node Basalt
-// replication cluster (aesthetics.md §2.4, after TigerBeetle's VOPR).
+// replication cluster (after TigerBeetle's VOPR: the production code runs
+// unchanged, only time, network and media are simulated).
 //
 // One goroutine drives three replication Hosts in manual mode, a simulated
 // network (replication.SimNetwork: delays, drops, duplicates, reordering,

@@ -87,8 +87,8 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Use:   "basalt-bench",
 		Short: "fio-shaped load generator for Basalt volumes (NVMe/TCP) and Ceph RBD images",
 		Long: `basalt-bench drives a block device with a fio-like workload and reports IOPS,
-bandwidth and latency percentiles. Workloads W1-W5 and the QD 1 runs of
-DESIGN.md are presets. --verify stamps every 4 KiB written with its address,
+bandwidth and latency percentiles. The reference workloads W1-W5 and the
+QD 1 runs are presets. --verify stamps every 4 KiB written with its address,
 a generation and a checksum and checks every read; --journal makes that
 knowledge survive a crash: 'basalt-bench verify --journal F' checks every
 acknowledged write afterwards.`,
