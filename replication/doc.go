@@ -180,7 +180,50 @@
 // leadership with a request in flight (its outcome is then unknown), with
 // ErrNoLeader, which wraps backend.ErrTransition. A storage or state-machine
 // error stops the group on this node (Raft requires it: README, "Storage
-// errors make raft inoperable"); its requests fail with ErrStopped.
+// errors make raft inoperable"); its requests fail with ErrStopped. So does
+// a panic in the group's loop (Raft reports a broken invariant by
+// panicking): the loop recovers it as an invariant violation (pkg/invariant;
+// a panic again under the invariants tag) and the process serves its other
+// groups. A group that fails is fenced (fence.go): it persists its removal,
+// drops its pin on the write buffer, so that the releaser never waits for it,
+// and closes its Watch channels, so that its path turns inaccessible; it
+// stays listed, with its error, until RemoveGroup.
+//
+// # Inbound checks
+//
+// Raft trusts what it is given: a heartbeat whose commit index lies beyond
+// the log, an append whose entries skip an index or overwrite committed ones,
+// a snapshot whose configuration does not restore, each panics inside it.
+// So everything a peer sends is checked before Raft sees it (inbound.go):
+//
+//   - by the transport: the handshake decodes and names this node; every
+//     frame decodes; every message's From is the node the handshake named and
+//     its To is this node.
+//   - at delivery: the sender is not this node; the group runs here; the type
+//     is one peers send (appends, votes and pre-votes, heartbeats, their
+//     responses, MsgTimeoutNow; never a local type, a proposal or read index,
+//     which nothing forwards, a leadership transfer, which Raft would forward
+//     with its term set and panic, or a MsgSnap outside a snapshot stream);
+//     the term is at least 1, every term and index at most 2^62, the log term
+//     at most the term; an append's entries follow its previous entry one
+//     after another, with terms that never fall and never exceed the
+//     append's, and known types; a snapshot's metadata has a term at most the
+//     message's and a configuration that restores to itself.
+//   - on the group's loop, where its state is known: the sender is a voter or
+//     learner of the configuration Raft uses; a heartbeat commits no further
+//     than the end of Raft's log (the log is persisted first when an append
+//     stepped in the same iteration may have cut Raft's log shorter than the
+//     persisted one); a leader takes no snapshot in its own term; a
+//     committed configuration change applies to the configuration (else the
+//     group fails, a corrupt log).
+//
+// A refused message is dropped and counted by reason (HostStats.Rejected;
+// basalt_raft_rejected_messages_total), logged at Warn at most once a
+// second, and the connection it came on is closed; a message for a group
+// that does not run here is only counted, since a new group starts on its
+// members one after another. What cannot be checked without authenticating
+// peers is whether a member's well-formed message is its own: a forged
+// append from a member with a higher term is what a new leader sends.
 //
 // # Log records (in the cache.Buffer payload, little-endian)
 //
@@ -284,7 +327,8 @@
 // message frame with the MsgSnap, chunk frames of up to 1 MiB of state
 // machine data, an end frame whose 8-byte body is the total data length;
 // the receiver answers with a result frame, body 0 (restored) or 1 followed
-// by the error text. A malformed frame ends the connection.
+// by the error text. A malformed frame ends the connection, as does a
+// message the Host refuses ("Inbound checks").
 //
 // # Volume operations (a normal entry's payload, little-endian)
 //

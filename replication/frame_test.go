@@ -90,11 +90,12 @@ type recordingHandler struct {
 	messages chan raftpb.Message
 }
 
-func (r *recordingHandler) HandleMessage(_ GroupID, m raftpb.Message) { r.messages <- m }
+func (r *recordingHandler) HandleMessage(_ GroupID, m raftpb.Message, _ Source) { r.messages <- m }
 func (r *recordingHandler) HandleSnapshot(GroupID, raftpb.Message, io.Reader) error {
 	return errors.New("no snapshots here")
 }
-func (r *recordingHandler) ReportUnreachable(NodeID, GroupID) {}
+func (r *recordingHandler) ReportUnreachable(NodeID, GroupID)          {}
+func (r *recordingHandler) ReportRejected(RejectReason, NodeID, error) {}
 
 // TestTCPTransportSurvivesMalformedConnections sends garbage, a wrong
 // handshake and a malformed frame to a transport: each connection is closed,

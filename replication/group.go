@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"basalt/pkg/invariant"
 )
 
 // Queue bounds of a group (aesthetics.md §2.9: every queue is bounded).
@@ -30,7 +33,7 @@ type Group struct {
 	host    *Host
 	storage *logStorage
 
-	inbox     chan raftpb.Message
+	inbox     chan inbound
 	proposals chan *proposal
 	reads     chan *readRequest
 	control   chan func(*core)
@@ -73,6 +76,7 @@ type Group struct {
 	done     chan struct{} // closed when the loop goroutine exits
 	stopped  atomic.Bool
 	finished atomic.Bool           // the loop is gone: nothing drains the queues
+	fenced   atomic.Bool           // failed and let go of the shared log (fence.go)
 	err      atomic.Pointer[error] // why the group stopped
 }
 
@@ -96,7 +100,7 @@ type snapshotReport struct {
 func newGroup(h *Host, id GroupID, s *logStorage) *Group {
 	return &Group{
 		id: id, host: h, storage: s,
-		inbox:     make(chan raftpb.Message, inboxSize),
+		inbox:     make(chan inbound, inboxSize),
 		proposals: make(chan *proposal, proposalsSize),
 		reads:     make(chan *readRequest, readsSize),
 		control:   make(chan func(*core), controlSize),
@@ -177,8 +181,10 @@ func (g *Group) Propose(ctx context.Context, data []byte) error {
 }
 
 // ProposeAsync is Propose without waiting: done is called once, on the
-// group's loop (it must not block), with Propose's result. A full queue fails
-// at once with ErrProposalDropped.
+// group's loop (it must not block), with Propose's result. A full queue
+// (proposalsSize proposals waiting for the loop) fails at once with
+// ErrProposalDropped: nothing waits for room, so a burst of asynchronous
+// proposals holds no goroutine and no memory beyond the queue.
 func (g *Group) ProposeAsync(data []byte, done func(error)) {
 	entry := make([]byte, proposalIDSize+len(data))
 	copy(entry[proposalIDSize:], data)
@@ -205,19 +211,8 @@ func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
 	select {
 	case g.proposals <- p:
 		g.failQueuedIfFinished()
-	default: // the queue is full: wait for room without holding the caller
-		go g.submitLater(p)
-	}
-}
-
-// submitLater hands p to the loop once its queue has room, or fails it if
-// the group stops first.
-func (g *Group) submitLater(p *proposal) {
-	select {
-	case g.proposals <- p:
-		g.failQueuedIfFinished()
-	case <-g.stopping:
-		p.done(g.stopErr())
+	default:
+		done(fmt.Errorf("%w: %d proposals wait for %v's loop", ErrProposalDropped, proposalsSize, g.id))
 	}
 }
 
@@ -317,14 +312,14 @@ func (g *Group) exec(f func(*core)) {
 	}
 }
 
-// deliver queues an inbound message; a full inbox drops it.
-func (g *Group) deliver(m raftpb.Message) {
-	switch m.Type {
-	case raftpb.MsgProp, raftpb.MsgReadIndex, raftpb.MsgSnap:
-		return // never from the network: proposals are not forwarded; snapshots come as streams
+// deliver queues an inbound message; a full inbox, or a stopped group,
+// drops it.
+func (g *Group) deliver(in inbound) {
+	if g.stopped.Load() {
+		return
 	}
 	select {
-	case g.inbox <- m:
+	case g.inbox <- in:
 	default:
 	}
 }
@@ -362,7 +357,7 @@ func (g *Group) receiveSnapshot(m raftpb.Message, body io.Reader) error {
 		if g.stopped.Load() {
 			return g.stopErr()
 		}
-		return g.c.restore(m, body)
+		return g.restoreInline(m, body)
 	}
 	result := make(chan error, 1)
 	select {
@@ -378,6 +373,17 @@ func (g *Group) receiveSnapshot(m raftpb.Message, body io.Reader) error {
 	}
 }
 
+// restoreInline is restore on the caller's goroutine (manual mode), with
+// the loop's containment of panics.
+func (g *Group) restoreInline(m raftpb.Message, body io.Reader) (err error) {
+	defer func() {
+		if g.contain(recover()) {
+			err = g.stopErr()
+		}
+	}()
+	return g.c.restore(m, body)
+}
+
 // ready reports whether the group has a state machine (and so a Raft node).
 func (g *Group) ready() bool { return g.c != nil }
 
@@ -386,7 +392,7 @@ func (g *Group) attachLocked(sm StateMachine) error {
 	if g.c != nil {
 		return fmt.Errorf("%w: %v already has a state machine", ErrConfig, g.id)
 	}
-	c, err := newCore(g, sm)
+	c, err := newCoreContained(g, sm)
 	if err != nil {
 		return err
 	}
@@ -399,6 +405,17 @@ func (g *Group) attachLocked(sm StateMachine) error {
 		g.startLocked()
 	}
 	return nil
+}
+
+// newCoreContained is newCore, with a panic in Raft (which checks the
+// recovered log's state as it starts) returned as an invariant violation.
+func newCoreContained(g *Group, sm StateMachine) (c *core, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, invariant.Failf("replication: %v: starting Raft panicked: %v", g.id, r)
+		}
+	}()
+	return newCore(g, sm)
 }
 
 // attach is attachLocked for callers that do not hold host.mu.
@@ -425,6 +442,7 @@ func (g *Group) startLocked() {
 func (g *Group) run() {
 	defer g.host.wg.Done()
 	defer close(g.done)
+	defer func() { g.contain(recover()) }()
 	c := g.c
 	for {
 		select {
@@ -432,8 +450,8 @@ func (g *Group) run() {
 			return
 		case <-c.ticker.C():
 			c.tick()
-		case m := <-g.inbox:
-			c.step(m)
+		case in := <-g.inbox:
+			c.stepInbound(in)
 		case p := <-g.proposals:
 			c.queueProposal(p)
 		case r := <-g.reads:
@@ -451,11 +469,16 @@ func (g *Group) run() {
 }
 
 // poll is one iteration of the loop in manual mode.
-func (g *Group) poll() bool {
+func (g *Group) poll() (busy bool) {
 	c := g.c
 	if c == nil || g.stopped.Load() {
 		return false
 	}
+	defer func() {
+		if g.contain(recover()) {
+			busy = true
+		}
+	}()
 	ticked := false
 	select {
 	case <-c.ticker.C():
@@ -472,17 +495,37 @@ func (g *Group) poll() bool {
 	return busy || ticked
 }
 
+// contain handles r, what recover returned in the loop: a panic that
+// escaped it (a broken invariant in Raft, which reports them by panicking,
+// or in this package) fails and fences this group only, and the node goes
+// on serving the others. It reports whether there was one. With the
+// invariants tag, invariant.Failf panics again: tests stop at the bug.
+func (g *Group) contain(r any) bool {
+	if r == nil {
+		return false
+	}
+	err := invariant.Failf("replication: %v: the group's loop panicked: %v\n%s", g.id, r, debug.Stack())
+	g.fail(err)
+	g.finish()
+	return true
+}
+
 // fail records why the loop stopped and stops the group. It runs on the
-// loop.
+// loop. A failure, as opposed to the end of a loop a stop or Close cut
+// short, also fences the group (fence.go).
 func (g *Group) fail(err error) {
-	if g.stopped.Load() {
+	stopping := g.stopped.Load()
+	if stopping {
 		g.host.log.Info("group stopped", "group", g.id, "err", err)
 	} else {
-		g.host.log.Error("group stopped by an error", "group", g.id, "err", err)
+		g.host.log.Error("group failed: fenced on this node", "group", g.id, "err", err)
 	}
 	g.err.CompareAndSwap(nil, &err)
 	g.stopped.Store(true)
 	g.stopOnce.Do(func() { close(g.stopping) })
+	if !stopping {
+		g.fence()
+	}
 }
 
 // stop stops the group: the loop exits, then every pending request fails

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
-
-	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/cache"
 	"basalt/pkg/clock"
@@ -54,6 +51,8 @@ type Host struct {
 	space    space
 	ident    logIdentity // the log's identity stamp (identity.go)
 	wg       sync.WaitGroup
+
+	rejections rejections // what peers sent that was refused (inbound.go)
 }
 
 // NewHost opens the log region, recovers every group's log from it and
@@ -344,39 +343,19 @@ func cmpID[T ~uint64](a, b T) int {
 	return 0
 }
 
-// HostStats are the write buffer's statistics and the Host's admission
-// waits: how often a loop held entries back for lack of buffer space.
+// HostStats are the write buffer's statistics, the Host's admission
+// waits (how often a loop held entries back for lack of buffer space), and
+// the frames and messages from peers it refused, by reason (inbound.go).
 type HostStats struct {
 	cache.Stats
 	AdmissionWaits uint64
+	Rejected       [NumRejectReasons]uint64
 }
 
-// Stats returns the write buffer's statistics.
+// Stats returns the write buffer's statistics and the Host's counters.
 func (h *Host) Stats() HostStats {
-	return HostStats{Stats: h.buf.Stats(), AdmissionWaits: h.space.waits.Load()}
+	return HostStats{Stats: h.buf.Stats(), AdmissionWaits: h.space.waits.Load(), Rejected: h.rejected()}
 }
 
-// hostHandler is the Host as the transport sees it.
+// hostHandler is the Host as the transport sees it (inbound.go).
 type hostHandler struct{ h *Host }
-
-func (hh hostHandler) HandleMessage(group GroupID, m raftpb.Message) {
-	g := hh.h.Group(group)
-	if g == nil || m.To != uint64(hh.h.cfg.NodeID) {
-		return // unknown group or misrouted: dropped; Raft retries
-	}
-	g.deliver(m)
-}
-
-func (hh hostHandler) HandleSnapshot(group GroupID, m raftpb.Message, body io.Reader) error {
-	g := hh.h.Group(group)
-	if g == nil || m.To != uint64(hh.h.cfg.NodeID) || m.Type != raftpb.MsgSnap {
-		return fmt.Errorf("%w: %v is not running here", ErrSnapshotRejected, group)
-	}
-	return g.receiveSnapshot(m, body)
-}
-
-func (hh hostHandler) ReportUnreachable(to NodeID, group GroupID) {
-	if g := hh.h.Group(group); g != nil {
-		g.reportUnreachable(to)
-	}
-}

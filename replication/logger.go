@@ -9,8 +9,11 @@ import (
 // raftLogger adapts slog to raft.Logger. Raft's Info messages (every vote
 // request and grant of every election) go to Debug: with hundreds of groups
 // they would drown the log, and the Host logs leadership changes itself.
-// Raft's Fatal and Panic both panic: they report a broken invariant, and
-// library code never exits the process.
+// Raft's Fatal and Panic both panic: they report a broken invariant in
+// Raft, and library code never exits the process. The group's loop recovers
+// the panic and fences that one group (Group.contain), so that it never ends
+// the process either; what peers send is checked first (inbound.go), so
+// that no message reaches these.
 type raftLogger struct{ log *slog.Logger }
 
 func (l raftLogger) logf(level slog.Level, format string, args ...any) {

@@ -27,6 +27,15 @@ type core struct {
 	ticker clock.Ticker
 	ctx    context.Context
 
+	// conf is the configuration Raft uses, members its voters and
+	// learners: only they may send the group messages (inbound.go).
+	conf    raftpb.ConfState
+	members []uint64
+	// logFloor is at most the last index of Raft's log: the persisted last
+	// index when Raft last held nothing unpersisted, lowered by every append
+	// stepped since (checkStep).
+	logFloor uint64
+
 	ticks     uint64 // ticks since the loop started
 	term      uint64
 	lead      uint64
@@ -94,6 +103,8 @@ func newCore(g *Group, sm StateMachine) (*core, error) {
 		return nil, fmt.Errorf("%w: %v: %w", ErrConfig, g.id, err)
 	}
 	c.rn = rn
+	c.setConf(c.s.conf)
+	c.logFloor = c.s.lastIndex()
 	c.term = c.s.hard.Term
 	c.reads.init()
 	c.ticker = h.clock.NewTicker(cfg.TickInterval)
@@ -114,22 +125,44 @@ func (c *core) tick() {
 // whose entries the write buffer has no room for is dropped, as a lossy
 // network would: the leader sends it again after the next heartbeat, by
 // which time compaction has made room (space.go).
-func (c *core) step(m raftpb.Message) {
+//
+// m is first checked against the group's state (checkStep, inbound.go); a
+// refusal is returned, as is the error of a persist checkStep needed, which
+// is fatal (c.fatal).
+func (c *core) step(m raftpb.Message) error {
+	if err := c.checkStep(&m); err != nil {
+		return err
+	}
 	if c.voteDelayed(m) {
 		c.stats.dropped++
-		return
+		return nil
 	}
-	if m.Type == raftpb.MsgApp && len(m.Entries) > 0 {
+	appends := m.Type == raftpb.MsgApp && len(m.Entries) > 0
+	if appends {
 		cost := entriesCost(m.Entries)
 		if n, _ := c.h.space.admitUpTo(func(int) int64 { return cost }, 1); n == 0 {
 			c.stats.dropped++
 			c.starve()
-			return
+			return nil
 		}
 		c.admitted += cost
 	}
 	if err := c.rn.Step(m); err != nil {
 		c.stats.dropped++
+	}
+	if appends { // a conflicting append cuts Raft's log to its own end
+		c.logFloor = min(c.logFloor, m.Index+uint64(len(m.Entries)))
+	}
+	return nil
+}
+
+// stepInbound steps a peer's message; a refused one is counted and its
+// connection closed.
+func (c *core) stepInbound(in inbound) {
+	if err := c.step(in.m); err != nil {
+		if _, ok := rejectReason(err); ok {
+			c.h.refuse(in.src, c.g.id, NodeID(in.m.From), err)
+		}
 	}
 }
 
@@ -180,6 +213,7 @@ func (c *core) iterate() (bool, error) {
 			return true, err
 		}
 	}
+	c.logFloor = c.s.lastIndex()
 	c.reads.complete(c.applied)
 	c.publishLease()
 	err := c.maybeCompact()
@@ -198,8 +232,8 @@ func (c *core) drain() bool {
 	busy := c.drainReports()
 	for {
 		select {
-		case m := <-c.g.inbox:
-			c.step(m)
+		case in := <-c.g.inbox:
+			c.stepInbound(in)
 		case f := <-c.g.control:
 			f(c)
 		case p := <-c.g.proposals:
@@ -378,6 +412,7 @@ func (c *core) persist(rd *raft.Ready) error {
 			return err
 		}
 		c.applied, c.restored = meta.Index, 0
+		c.setConf(meta.ConfState)
 	}
 	switch {
 	case len(rd.Entries) > 0 || rd.MustSync:
@@ -451,8 +486,12 @@ func (c *core) applyConfChange(e *raftpb.Entry) error {
 		}
 		cc = v2
 	}
+	if err := checkConfChange(c.conf, cc.AsV2(), c.s.lastIndex()); err != nil {
+		return corruptf("%v entry %d: configuration change %v cannot apply to %v: %v", c.g.id, e.Index, cc, c.conf, err)
+	}
 	conf := c.rn.ApplyConfChange(cc)
 	c.s.recordConf(e.Index, *conf)
+	c.setConf(*conf)
 	return nil
 }
 
@@ -501,7 +540,13 @@ func (c *core) shutdown(err error) {
 	c.g.isLeader.Store(false)
 }
 
+// transferLeadership starts a transfer to node to if this node leads
+// (Raft would forward the request from a follower to the leader, which
+// refuses MsgTransferLeader from peers: inbound.go).
 func (c *core) transferLeadership(to NodeID) {
+	if c.rn.BasicStatus().RaftState != raft.StateLeader {
+		return
+	}
 	c.reads.leaseUntil = time.Time{}
 	c.g.lease.Store(nil) // before the transferee may be told to campaign
 	c.rn.TransferLeader(uint64(to))

@@ -132,10 +132,17 @@ func (r *readState) startRound(c *core) {
 	r.queue = nil
 }
 
+// The round is asked of Raft only while Raft leads: this loop may not have
+// seen yet that a message stepped in this iteration ended its leadership,
+// and a follower would forward the request to the leader, which refuses
+// MsgReadIndex from peers (inbound.go). The next Ready's soft state then
+// fails the round (onLostLeadership).
 func (r *readState) newRound(c *core, waiters []*readRequest) {
 	r.nextID++
 	r.rounds[r.nextID] = &readRound{start: c.h.clock.Now(), term: c.term, waiters: waiters}
-	c.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.nextID))
+	if c.rn.BasicStatus().RaftState == raft.StateLeader {
+		c.rn.ReadIndex(binary.LittleEndian.AppendUint64(nil, r.nextID))
+	}
 }
 
 // maybeRenewLease starts an empty round when reads are being served and the

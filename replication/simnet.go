@@ -166,7 +166,7 @@ func (n *SimNetwork) Deliver() int {
 		if err := m.Unmarshal(ev.data); err != nil {
 			panic(fmt.Sprintf("replication: sim network: %v", err)) // we encoded it
 		}
-		dst.HandleMessage(ev.group, m)
+		dst.HandleMessage(ev.group, m, simSource{})
 	}
 }
 
@@ -273,6 +273,12 @@ func (n *SimNetwork) pushLocked(ev *simEvent) {
 	ev.at, ev.seq = n.clock.Now().Add(delay), n.seq
 	heap.Push(&n.queue, ev)
 }
+
+// simSource is the Source of a simulated message: there is no connection
+// to close.
+type simSource struct{}
+
+func (simSource) Refuse() {}
 
 // SimEndpoint is one host's Transport on a SimNetwork.
 type SimEndpoint struct {

@@ -60,22 +60,27 @@ func (c *core) finishSnapshot(r snapshotReport) {
 // leader hears of it only once it is durable. A snapshot Raft would ignore is
 // not read; m is stepped so that Raft answers the leader with its commit
 // index.
+//
+// The sender must be a member (checkStep), and a leader takes no snapshot
+// in its own term; hostHandler.HandleSnapshot checked the rest of m.
 func (c *core) restore(m raftpb.Message, body io.Reader) error {
 	if m.Snapshot == nil {
 		return fmt.Errorf("%w: MsgSnap without a snapshot", ErrSnapshotRejected)
 	}
 	meta := m.Snapshot.Metadata
+	if err := c.checkStep(&m); err != nil {
+		return err
+	}
 	// Persist what Raft holds unstable first, so that the log checked below
 	// is Raft's whole log.
-	for c.rn.HasReady() {
-		if err := c.handleReady(); err != nil {
-			c.fatal = err
-			return err
-		}
+	if err := c.settle(); err != nil {
+		return err
+	}
+	if bs := c.rn.BasicStatus(); bs.RaftState == raft.StateLeader && m.Term == bs.Term {
+		return refused(RejectSnapshot, "MsgSnap of term %d from %v to the leader of that term", m.Term, NodeID(m.From))
 	}
 	if !c.acceptsSnapshot(m) {
-		c.step(m)
-		return nil
+		return c.step(m)
 	}
 	log := c.h.log.With("group", c.g.id, "from", NodeID(m.From), "index", meta.Index, "term", meta.Term)
 	log.Info("restoring a snapshot", "applied", c.applied)
@@ -86,12 +91,11 @@ func (c *core) restore(m raftpb.Message, body io.Reader) error {
 	}
 	c.restored, c.lastSMIndex = meta.Index, meta.Index
 	c.stats.snapshotsReceived++
-	c.step(m)
-	for c.rn.HasReady() {
-		if err := c.handleReady(); err != nil {
-			c.fatal = err
-			return err
-		}
+	if err := c.step(m); err != nil {
+		return err
+	}
+	if err := c.settle(); err != nil {
+		return err
 	}
 	if c.restored != 0 {
 		c.fatal = fmt.Errorf("replication: %v: Raft did not install snapshot %d", c.g.id, meta.Index)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -272,7 +273,10 @@ func (t *TCPTransport) acceptLoop() {
 	}
 }
 
-// serveConn reads the handshake and serves the stream it announces.
+// serveConn reads the handshake and serves the stream it announces. A
+// handshake or frame the transport refuses is reported to the Handler
+// (which counts and logs it) and ends the connection, as does a message the
+// Host refuses (inConn.Refuse).
 func (t *TCPTransport) serveConn(c net.Conn) {
 	defer t.wg.Done()
 	defer t.untrack(c)
@@ -282,38 +286,89 @@ func (t *TCPTransport) serveConn(c net.Conn) {
 		return
 	}
 	h, err := decodeHandshake(buf)
-	if err == nil && h.to != t.self {
-		err = fmt.Errorf("%w: connection for %v reached %v", errFrame, h.to, t.self)
-	}
 	if err != nil {
-		t.log.Warn("raft transport: refused a connection", "remote", c.RemoteAddr(), "err", err)
+		t.handler.ReportRejected(RejectFrame, 0, fmt.Errorf("%w: handshake from %v: %w", ErrRejected, c.RemoteAddr(), err))
+		return
+	}
+	if h.to != t.self {
+		t.handler.ReportRejected(RejectDestination, h.from,
+			fmt.Errorf("%w: connection from %v for %v reached %v", ErrRejected, c.RemoteAddr(), h.to, t.self))
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	r := bufio.NewReaderSize(c, readBufferSize)
+	src := &inConn{c: c}
 	switch h.kind {
 	case streamMessages:
-		err = t.readMessages(r, h.from)
+		err = t.readMessages(r, h.from, src)
 	case streamSnapshot:
 		err = t.receiveSnapshot(c, r, h.from)
 	}
-	if err != nil && t.ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	switch reason, ok := transportRejection(err); {
+	case ok:
+		t.handler.ReportRejected(reason, h.from, fmt.Errorf("%w: from %v: %w", ErrRejected, c.RemoteAddr(), err))
+	case err != nil && !src.refused.Load() && t.ctx.Err() == nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 		t.log.Warn("raft transport: inbound stream ended", "from", h.from, "err", err)
 	}
 }
 
+// Errors of an inbound stream that the transport reports as refusals.
+var (
+	errWrongSender      = errors.New("replication: message from another node than the connection's")
+	errWrongDestination = errors.New("replication: message for another node")
+)
+
+// transportRejection classifies an inbound stream's error: a frame that
+// does not decode, or a message that is not from the connection's node or
+// not for this one.
+func transportRejection(err error) (RejectReason, bool) {
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, errWrongSender):
+		return RejectSender, true
+	case errors.Is(err, errWrongDestination):
+		return RejectDestination, true
+	case errors.Is(err, errFrame):
+		return RejectFrame, true
+	}
+	return 0, false
+}
+
 // readMessages delivers the messages of an inbound stream until it fails. A
-// malformed frame ends the connection; the sender reconnects.
-func (t *TCPTransport) readMessages(r io.Reader, from NodeID) error {
+// malformed frame, a message whose From is not the node the handshake named
+// or whose To is not this node, ends the connection; so does a message the
+// Host refuses (src). The sender reconnects.
+func (t *TCPTransport) readMessages(r io.Reader, from NodeID, src *inConn) error {
 	fr := frameReader{r: r}
 	for {
 		h, m, err := fr.nextMessage()
 		if err != nil {
 			return err
 		}
-		if NodeID(m.From) != from {
-			return fmt.Errorf("%w: message from %v on %v's stream", errFrame, m.From, from)
+		switch {
+		case NodeID(m.From) != from:
+			return fmt.Errorf("%w: %v from %v on %v's stream", errWrongSender, m.Type, NodeID(m.From), from)
+		case NodeID(m.To) != t.self:
+			return fmt.Errorf("%w: %v for %v on a stream to %v", errWrongDestination, m.Type, NodeID(m.To), t.self)
 		}
-		t.handler.HandleMessage(h.group, m)
+		t.handler.HandleMessage(h.group, m, src)
+		if src.refused.Load() {
+			return net.ErrClosed
+		}
+	}
+}
+
+// inConn is an inbound message stream as the Handler sees it (Source).
+type inConn struct {
+	c       net.Conn
+	refused atomic.Bool
+}
+
+// Refuse implements Source: it closes the connection, which ends its
+// reader.
+func (s *inConn) Refuse() {
+	if !s.refused.Swap(true) {
+		_ = s.c.Close()
 	}
 }

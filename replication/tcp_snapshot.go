@@ -118,7 +118,12 @@ func (t *TCPTransport) receiveSnapshot(c net.Conn, r io.Reader, from NodeID) err
 	if err != nil {
 		return err
 	}
-	if m.Type != raftpb.MsgSnap || NodeID(m.From) != from || m.Snapshot == nil {
+	switch {
+	case NodeID(m.From) != from:
+		return fmt.Errorf("%w: %v from %v opening %v's snapshot stream", errWrongSender, m.Type, NodeID(m.From), from)
+	case NodeID(m.To) != t.self:
+		return fmt.Errorf("%w: %v for %v opening a snapshot stream to %v", errWrongDestination, m.Type, NodeID(m.To), t.self)
+	case m.Type != raftpb.MsgSnap || m.Snapshot == nil:
 		return fmt.Errorf("%w: snapshot stream opened by %v with a %v", errFrame, from, m.Type)
 	}
 	cr := &chunkReader{fr: fr, group: h.group}

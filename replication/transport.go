@@ -42,13 +42,27 @@ type Transport interface {
 
 // Handler receives a transport's inbound traffic; the Host implements it.
 type Handler interface {
-	// HandleMessage delivers m of group. It never blocks: a group whose inbox
-	// is full drops the message.
-	HandleMessage(group GroupID, m raftpb.Message)
+	// HandleMessage delivers m of group, which came on src. It never blocks:
+	// a group whose inbox is full drops the message. A message the Host
+	// refuses (inbound.go) is dropped, and src refused.
+	HandleMessage(group GroupID, m raftpb.Message, src Source)
 	// HandleSnapshot restores the snapshot streamed in body into group's
 	// state machine and steps m. It blocks until done, and returns an error
 	// if the snapshot was not applied.
 	HandleSnapshot(group GroupID, m raftpb.Message, body io.Reader) error
 	// ReportUnreachable says that a message of group to node to was dropped.
 	ReportUnreachable(to NodeID, group GroupID)
+	// ReportRejected counts a frame the transport refused (it has closed
+	// the connection): why, and the node the connection's handshake named
+	// (0 before the handshake).
+	ReportRejected(reason RejectReason, from NodeID, err error)
+}
+
+// Source is the connection an inbound message came on, as the Handler sees
+// it.
+type Source interface {
+	// Refuse closes the connection because it carried a message the Host
+	// refused; the frames behind it are lost, as on any broken connection,
+	// and the peer reconnects. Safe from any goroutine, more than once.
+	Refuse()
 }

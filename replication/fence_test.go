@@ -1,0 +1,190 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"basalt/pkg/clock"
+	"basalt/pkg/pmem"
+)
+
+// faultySM is a state machine whose effects are durable at once and whose
+// Apply fails from index failAt on (0: never).
+type faultySM struct {
+	applied uint64
+	failAt  uint64
+}
+
+var errInjectedApply = errors.New("test: injected apply failure")
+
+func (s *faultySM) Apply(_ context.Context, index uint64, _ []byte) error {
+	if s.failAt != 0 && index >= s.failAt {
+		return fmt.Errorf("%w at %d", errInjectedApply, index)
+	}
+	s.applied = index
+	return nil
+}
+func (s *faultySM) AppliedIndex() uint64                { return s.applied }
+func (s *faultySM) Snapshot(io.Writer) error            { return nil }
+func (s *faultySM) Restore(_ io.Reader, i uint64) error { s.applied = i; return nil }
+
+// loadGroup keeps a few proposals in flight on one group and counts the
+// bytes committed.
+type loadGroup struct {
+	g                   *Group
+	inflight, committed int
+	failed              error
+}
+
+const (
+	loadSize     = 8 << 10
+	loadInflight = 4
+)
+
+func (l *loadGroup) fill() {
+	for l.g.IsLeader() && l.inflight < loadInflight {
+		l.inflight++
+		l.g.ProposeAsync(make([]byte, loadSize), func(err error) {
+			l.inflight--
+			switch {
+			case err == nil:
+				l.committed += loadSize
+			case errors.Is(err, ErrStopped):
+				l.failed = err
+			}
+		})
+	}
+}
+
+// TestFailedGroupReleasesTheSharedLog runs three one-member groups on one
+// Manual Host whose write buffer is small (256 KiB): group 1's state
+// machine fails after a few entries while groups 2 and 3 write. The failed
+// group is fenced: it reports why, its Watch closes, it leads no more, and
+// it lets go of the shared log, so that the other two go on committing,
+// many times the buffer's size, in a fixed number of Poll rounds. Before
+// fencing, its pin held the buffer: the others stalled once it was full.
+func TestFailedGroupReleasesTheSharedLog(t *testing.T) {
+	const region = 256 << 10
+	clk := clock.NewManual(testEpoch)
+	net := NewSimNetwork(1, clk)
+	h, err := NewHost(Config{NodeID: 1, LogRegion: pmem.NewFake(4096+region, 1), Clock: clk, Logger: testLogger(),
+		Transport: net.Endpoint(1), Manual: true, TickInterval: time.Millisecond, CompactionMargin: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	loads := map[GroupID]*loadGroup{}
+	for id := GroupID(1); id <= 3; id++ {
+		sm := &faultySM{}
+		if id == 1 {
+			sm.failAt = 20
+		}
+		g, err := h.AddGroup(id, []NodeID{1}, sm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loads[id] = &loadGroup{g: g}
+	}
+	watch := loads[1].g.Watch()
+	round := func() {
+		for _, l := range loads {
+			l.fill()
+		}
+		clk.Advance(time.Millisecond)
+		h.Poll()
+	}
+	for i := 0; loads[1].failed == nil; i++ {
+		if i > 20000 {
+			t.Fatalf("group 1 never failed: %+v", loads[1].g.Status())
+		}
+		round()
+	}
+	failed := loads[1].g
+	if err := failed.Status().Err; !errors.Is(err, errInjectedApply) {
+		t.Fatalf("the failed group's status says %v, want the apply error", err)
+	}
+	if !failed.Fenced() || failed.IsLeader() || h.Group(1) != failed {
+		t.Fatalf("failed group: fenced %v, leader %v, listed %v", failed.Fenced(), failed.IsLeader(), h.Group(1) != nil)
+	}
+	if _, open := <-watch; open {
+		for range watch {
+		}
+	}
+	before := map[GroupID]int{2: loads[2].committed, 3: loads[3].committed}
+	for range 6000 {
+		round()
+	}
+	for id := GroupID(2); id <= 3; id++ {
+		if got := loads[id].committed - before[id]; got < 8*region {
+			t.Errorf("group %v committed %d KiB after group 1 failed, want at least %d KiB (8 times the buffer): %+v; %+v",
+				id, got>>10, 8*region>>10, loads[id].g.Status(), h.Stats())
+		}
+	}
+	// Removing the failed group, then adding it again, works.
+	if err := h.RemoveGroup(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AddGroup(1, []NodeID{1}, &faultySM{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAsyncProposalsOnAFullQueueHoldNoGoroutine proposes, without polling,
+// far more than the proposal queue holds: the proposals beyond it fail at
+// once with ErrProposalDropped, and none leaves a goroutine waiting for room
+// (there used to be one per proposal).
+func TestAsyncProposalsOnAFullQueueHoldNoGoroutine(t *testing.T) {
+	clk := clock.NewManual(testEpoch)
+	net := NewSimNetwork(1, clk)
+	h, err := NewHost(Config{NodeID: 1, LogRegion: pmem.NewFake(4096+1<<20, 1), Clock: clk, Logger: testLogger(),
+		Transport: net.Endpoint(1), Manual: true, TickInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := h.AddGroup(1, []NodeID{1}, &faultySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; !g.IsLeader(); i++ {
+		if i > 10000 {
+			t.Fatal("no leader")
+		}
+		clk.Advance(time.Millisecond)
+		h.Poll()
+	}
+	const extra = 2000
+	goroutines := runtime.NumGoroutine()
+	var dropped, other int
+	for range proposalsSize + extra {
+		g.ProposeAsync([]byte("x"), func(err error) {
+			switch {
+			case errors.Is(err, ErrProposalDropped) && strings.Contains(err.Error(), "wait for"):
+				dropped++
+			case err != nil:
+				other++
+			}
+		})
+	}
+	if n := runtime.NumGoroutine(); n > goroutines+10 {
+		t.Errorf("%d goroutines after %d proposals beyond a full queue, %d before", n, extra, goroutines)
+	}
+	if dropped != extra || other != 0 {
+		t.Errorf("%d proposals dropped at once and %d failed otherwise, want %d and 0", dropped, other, extra)
+	}
+	for range 100 {
+		h.Poll()
+	}
+}
