@@ -57,6 +57,9 @@ func printCluster(w io.Writer, v api.ClusterView) {
 	if v.Stale {
 		fmt.Fprintf(w, "Warning:\tthis node could not reach the metadata leader; what it shows may be out of date\n")
 	}
+	for _, f := range v.Failed {
+		fmt.Fprintf(w, "Failed:\tvolume %s on %s: %s\n", f.Volume, nodeName(f.Node, f.NodeName), f.Reason)
+	}
 }
 
 func printNodes(w io.Writer, nodes []api.NodeView) {
@@ -168,6 +171,11 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	fmt.Fprintf(w, "NQN:\t%s\n", v.NQN)
 	fmt.Fprintf(w, "Size:\t%s (%d bytes, %d-byte blocks)\n", sizeText(v), v.Size, v.BlockSize)
 	fmt.Fprintf(w, "Health:\t%s\n", v.Health)
+	for _, p := range v.Paths {
+		if p.Failed != "" {
+			fmt.Fprintf(w, "Failed:\ton %s: %s\n", nodeName(p.Node, p.Name), p.Failed)
+		}
+	}
 	fmt.Fprintf(w, "Leader:\t%s\n", nodeName(v.Leader, v.LeaderName))
 	fmt.Fprintf(w, "Replicas:\t%d\n", v.RF)
 	fmt.Fprintf(w, "Hosts:\t%s\n", hostsText(v))

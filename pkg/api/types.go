@@ -72,6 +72,18 @@ type ClusterView struct {
 	// Stale is set when this node could not confirm its metadata with the
 	// leader: what it shows may be out of date.
 	Stale bool `json:"stale,omitempty"`
+	// Failed lists the replicas whose Raft group failed on their node (a
+	// storage or state-machine error): fenced there, their path
+	// inaccessible, until the volume is opened again on that node.
+	Failed []FailedReplica `json:"failed,omitempty"`
+}
+
+// FailedReplica is a volume's replica whose group failed on its node.
+type FailedReplica struct {
+	Volume   string         `json:"volume"`
+	Node     cluster.NodeID `json:"node"`
+	NodeName string         `json:"node_name"`
+	Reason   string         `json:"reason"`
 }
 
 // NodeView is one node in GET /v1/nodes.
@@ -142,8 +154,9 @@ type VolumeView struct {
 	// its ANA state is optimized.
 	Leader     cluster.NodeID `json:"leader"`
 	LeaderName string         `json:"leader_name,omitempty"`
-	// Health is "healthy", "degraded" (a replica down or failing) or
-	// "unavailable" (no leader: I/O waits).
+	// Health is "healthy", "degraded" (a replica down or failing; a path
+	// whose group failed says why in Failed) or "unavailable" (no leader:
+	// I/O waits).
 	Health string `json:"health"`
 	// Paths are the replicas as the hosts' paths, one per node.
 	Paths   []PathView `json:"paths"`
@@ -164,6 +177,9 @@ type PathView struct {
 	Applied     uint64 `json:"applied"`
 	Controllers int    `json:"controllers"`
 	Error       string `json:"error,omitempty"`
+	// Failed is why the volume's Raft group failed on this node, if it did
+	// (Error then starts with "failed: ").
+	Failed string `json:"failed,omitempty"`
 }
 
 // Connect are the nvme-cli commands that attach a volume.

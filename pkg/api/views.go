@@ -122,6 +122,12 @@ func (s *Server) getCluster(r *http.Request) (int, any, error) {
 		if s.health(sv, v) == "healthy" {
 			cv.VolumesHealthy++
 		}
+		for _, r := range v.Replicas {
+			if vs, ok := sv.volumeStatus(r, v.ID); ok && vs.Failed != "" {
+				cv.Failed = append(cv.Failed, FailedReplica{Volume: v.Name, Node: r, NodeName: sv.node(r).Name,
+					Reason: vs.Failed})
+			}
+		}
 	}
 	switch {
 	case leader == 0:
@@ -207,6 +213,7 @@ func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
 		p := PathView{Node: id, Name: n.Name, NVMeAddr: n.NVMeAddr, ANAState: "unknown", Error: sv.errs[id]}
 		if vs, ok := sv.volumeStatus(id, v.ID); ok {
 			p.ANAState, p.Role, p.Applied, p.Controllers = vs.ANAState, vs.Raft.Role, vs.Raft.Applied, vs.Controllers
+			p.Failed = vs.Failed
 			if vs.Error != "" {
 				p.Error = vs.Error
 			}

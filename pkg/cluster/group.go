@@ -43,6 +43,22 @@ type GroupStatus struct {
 	CommitLatency float64 `json:"commit_latency"`
 	// Err says why the group stopped on this node, if it did.
 	Err string `json:"error,omitempty"`
+	// Failed is set when the group failed on this node (Err says why) and
+	// was fenced: it serves nothing here until the volume is opened again.
+	Failed bool `json:"failed,omitempty"`
+}
+
+// ReplicationStatus is the replication layer's own counters on this node.
+type ReplicationStatus struct {
+	// Rejected counts, by reason, the frames and messages from peers that
+	// the node refused (replication.RejectReason names the reasons).
+	Rejected map[string]uint64 `json:"rejected"`
+}
+
+// ReplicationReporter is implemented by a Replicator that reports its
+// counters (Local includes them).
+type ReplicationReporter interface {
+	ReplicationStatus() ReplicationStatus
 }
 
 // Replicator starts and stops this node's Raft groups (the replication

@@ -10,6 +10,9 @@ type LocalStatus struct {
 	Node     Node           `json:"node"`
 	Metadata MetadataStatus `json:"metadata"`
 	Volumes  []VolumeStatus `json:"volumes"`
+	// Replication is the replication layer's counters, when the
+	// Replicator reports them (ReplicationReporter).
+	Replication *ReplicationStatus `json:"replication,omitempty"`
 }
 
 // MetadataStatus is the metadata group as this node sees it.
@@ -34,8 +37,12 @@ type VolumeStatus struct {
 	ReplicaSize int64 `json:"replica_size"`
 	// Controllers is the number of host controllers connected here.
 	Controllers int `json:"controllers"`
-	// Error says why the volume is not served here, if it is not.
+	// Error says why the volume is not served here, if it is not: why it
+	// could not be opened, or "failed: " and the reason its group failed.
 	Error string `json:"error,omitempty"`
+	// Failed is why the volume's Raft group failed on this node (a storage
+	// or state-machine error); the group is fenced, the path inaccessible.
+	Failed string `json:"failed,omitempty"`
 }
 
 // Local returns this node's status.
@@ -62,13 +69,20 @@ func (c *Cluster) Local() LocalStatus {
 	r.mu.Unlock()
 	for _, lv := range live {
 		v := lv.spec.Load()
-		st.Volumes = append(st.Volumes, VolumeStatus{
+		vs := VolumeStatus{
 			Name: v.Name, ID: v.ID, ANAGroup: v.ANAGroup,
 			ANAState: c.cfg.Target.ANAState(v.ANAGroup, c.cfg.Port).String(),
 			Leader:   lv.group.Leader(), Raft: lv.group.Status(),
 			Size: lv.export.Size(), ReplicaSize: lv.replica.Size(),
 			Controllers: ctrls[v.NQN()], Error: failures[v.ID],
-		})
+		}
+		if vs.Raft.Failed {
+			vs.Failed = vs.Raft.Err
+			if vs.Error == "" {
+				vs.Error = "failed: " + vs.Raft.Err
+			}
+		}
+		st.Volumes = append(st.Volumes, vs)
 		delete(failures, v.ID)
 	}
 	s := c.m.State()
@@ -78,5 +92,9 @@ func (c *Cluster) Local() LocalStatus {
 		}
 	}
 	slices.SortFunc(st.Volumes, func(a, b VolumeStatus) int { return int(a.ID) - int(b.ID) })
+	if rr, ok := c.cfg.Replicator.(ReplicationReporter); ok {
+		rs := rr.ReplicationStatus()
+		st.Replication = &rs
+	}
 	return st
 }

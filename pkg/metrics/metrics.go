@@ -16,6 +16,10 @@
 //	basalt_raft_term / _commit_index / _applied_index {group,volume}
 //	basalt_volume_ana_state{volume,state}    1 for this port's ANA state
 //	basalt_volume_controllers{volume}        host controllers connected here
+//	basalt_volume_failed{volume}             1 if the volume cannot be served here
+//	                                         (it failed to open, or its group failed)
+//	basalt_raft_rejected_messages_total{reason}  frames and messages from peers
+//	                                         refused (replication.RejectReason)
 //	basalt_store_*                           store capacity, use, segments, GC,
 //	                                         destage rate, write amplification, repairs,
 //	                                         discarded bytes and discard errors

@@ -90,7 +90,10 @@ func TestSampledSources(t *testing.T) {
 				Volumes: []cluster.VolumeStatus{
 					{Name: "a", ID: 2, ANAState: "optimized", Size: 4096, Raft: cluster.GroupStatus{Role: "leader", CommitLatency: 0.001}},
 					{Name: "b", ID: 3, Error: "broken"},
+					{Name: "c", ID: 4, Error: "failed: apply: drive failed", Failed: "apply: drive failed",
+						Raft: cluster.GroupStatus{Failed: true, Err: "apply: drive failed"}},
 				},
+				Replication: &cluster.ReplicationStatus{Rejected: map[string]uint64{"member": 3, "frame": 0}},
 			}
 		},
 		Store: func() StoreSample {
@@ -106,7 +109,11 @@ func TestSampledSources(t *testing.T) {
 		`basalt_raft_leader{group="2",volume="a"} 1`,
 		`basalt_raft_commit_latency_seconds{group="2",volume="a"} 0.001`,
 		`basalt_volume_ana_state{state="optimized",volume="a"} 1`,
+		`basalt_volume_failed{volume="a"} 0`,
 		`basalt_volume_failed{volume="b"} 1`,
+		`basalt_volume_failed{volume="c"} 1`,
+		`basalt_raft_rejected_messages_total{reason="member"} 3`,
+		`basalt_raft_rejected_messages_total{reason="frame"} 0`,
 		`basalt_write_buffer_used_bytes{mode="msync"} 1.048576e+06`,
 		`basalt_store_destage_rate_blocks 250`,
 		`basalt_store_gc_runs_total 2`,

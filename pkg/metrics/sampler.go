@@ -117,11 +117,21 @@ func (e emitter) raft(g cluster.GroupID, volume string, st cluster.GroupStatus) 
 
 func (e emitter) cluster(ls cluster.LocalStatus) {
 	e.raft(cluster.MetadataGroup, "", ls.Metadata.Raft)
+	if r := ls.Replication; r != nil {
+		for reason, n := range r.Rejected {
+			e.counter("basalt_raft_rejected_messages_total",
+				"Frames and Raft messages from peers this node refused (and closed the connection of), by reason.",
+				float64(n), "reason", reason)
+		}
+	}
 	for _, v := range ls.Volumes {
 		if v.Error != "" {
-			e.gauge("basalt_volume_failed", "1 if the volume cannot be served here (see the API for why).", 1, "volume", v.Name)
+			e.gauge("basalt_volume_failed", "1 if the volume cannot be served here: it failed to open, or its "+
+				"Raft group failed and was fenced (see the API for why).", 1, "volume", v.Name)
 			continue
 		}
+		e.gauge("basalt_volume_failed", "1 if the volume cannot be served here: it failed to open, or its "+
+			"Raft group failed and was fenced (see the API for why).", 0, "volume", v.Name)
 		e.raft(v.ID, v.Name, v.Raft)
 		e.gauge("basalt_volume_ana_state", "ANA state of the volume on this node's port.", 1, "volume", v.Name, "state", v.ANAState)
 		e.gauge("basalt_volume_size_bytes", "Volume size hosts see.", float64(v.Size), "volume", v.Name)

@@ -49,6 +49,17 @@ func (r raftReplicator) CloseVolume(id cluster.GroupID, deleteLog bool) error {
 	return err
 }
 
+// ReplicationStatus implements cluster.ReplicationReporter: the Host's
+// refusals of what peers sent, by reason.
+func (r raftReplicator) ReplicationStatus() cluster.ReplicationStatus {
+	st := r.h.Stats()
+	rs := cluster.ReplicationStatus{Rejected: make(map[string]uint64, replication.NumRejectReasons)}
+	for reason := range replication.NumRejectReasons {
+		rs.Rejected[reason.String()] = st.Rejected[reason]
+	}
+	return rs
+}
+
 func (r raftReplicator) DropDormant(keep func(cluster.GroupID) bool) error {
 	var errs []error
 	for _, id := range r.h.RecoveredGroups() {
@@ -112,6 +123,7 @@ func (rg raftGroup) Status() cluster.GroupStatus {
 	if s.Err != nil {
 		st.Err = s.Err.Error()
 	}
+	st.Failed = rg.g.Fenced()
 	if len(s.Peers) > 0 {
 		st.Progress = map[cluster.NodeID]uint64{}
 		for _, p := range s.Peers {

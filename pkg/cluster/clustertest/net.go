@@ -33,7 +33,8 @@ type group struct {
 	members  []cluster.NodeID
 	locals   map[cluster.NodeID]backend.Backend
 	watchers map[cluster.NodeID][]chan cluster.NodeID
-	stopped  map[cluster.NodeID]bool // StopGroup
+	stopped  map[cluster.NodeID]bool   // StopGroup
+	failed   map[cluster.NodeID]string // FailGroup: why
 }
 
 // NewNet returns an empty Net; the metadata leader is the first node that
@@ -84,6 +85,20 @@ func (n *Net) StopGroup(id cluster.GroupID, self cluster.NodeID) {
 		g.stopped = map[cluster.NodeID]bool{}
 	}
 	g.stopped[self] = true
+}
+
+// FailGroup is StopGroup by a failure: self's Status then reports the
+// group failed (fenced) with reason, as a replication.Group that failed.
+func (n *Net) FailGroup(id cluster.GroupID, self cluster.NodeID, reason string) {
+	n.StopGroup(id, self)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if g := n.vols[id]; g != nil {
+		if g.failed == nil {
+			g.failed = map[cluster.NodeID]string{}
+		}
+		g.failed[self] = reason
+	}
 }
 
 // LoseNextProposals makes the next n proposals commit and apply but fail
@@ -271,6 +286,9 @@ func (h *handle) Status() cluster.GroupStatus {
 		role = "leader"
 	}
 	st := cluster.GroupStatus{Leader: h.g.leader, Role: role, Term: 1}
+	if reason, ok := h.g.failed[h.self]; ok {
+		st.Err, st.Failed, st.Role = reason, true, "follower"
+	}
 	if h.g == h.n.meta {
 		st.Commit, st.Applied = uint64(len(h.n.entries)), uint64(len(h.n.entries))
 	}
