@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/invariant"
 	"basalt/pkg/pmem"
 )
 
@@ -124,6 +125,7 @@ func TestFailedGroupReleasesTheSharedLog(t *testing.T) {
 		round()
 	}
 	for id := GroupID(2); id <= 3; id++ {
+		t.Logf("group %v committed %d KiB in 6000 rounds after group 1 failed", id, (loads[id].committed-before[id])>>10)
 		if got := loads[id].committed - before[id]; got < 8*region {
 			t.Errorf("group %v committed %d KiB after group 1 failed, want at least %d KiB (8 times the buffer): %+v; %+v",
 				id, got>>10, 8*region>>10, loads[id].g.Status(), h.Stats())
@@ -186,5 +188,53 @@ func TestAsyncProposalsOnAFullQueueHoldNoGoroutine(t *testing.T) {
 	}
 	for range 100 {
 		h.Poll()
+	}
+}
+
+// panickySM panics in Apply, as a broken invariant does.
+type panickySM struct{ faultySM }
+
+func (s *panickySM) Apply(context.Context, uint64, []byte) error { panic("test: broken invariant") }
+
+// TestPanicInTheLoopFencesOnlyItsGroup: without the invariants tag, a panic
+// in one group's loop is contained as an invariant violation: that group
+// fails and is fenced, the other group on the Host goes on committing.
+// (With the tag, invariant.Failf panics again, as it should.)
+func TestPanicInTheLoopFencesOnlyItsGroup(t *testing.T) {
+	if invariant.Enabled {
+		t.Skip("with the invariants tag a contained panic panics again")
+	}
+	clk := clock.NewManual(testEpoch)
+	h, err := NewHost(Config{NodeID: 1, LogRegion: pmem.NewFake(4096+1<<20, 1), Clock: clk, Logger: testLogger(),
+		Transport: NewSimNetwork(1, clk).Endpoint(1), Manual: true, TickInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bad, err := h.AddGroup(1, []NodeID{1}, &panickySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := h.AddGroup(2, []NodeID{1}, &faultySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := []*loadGroup{{g: bad}, {g: good}}
+	violations := invariant.Violations()
+	for i := 0; loads[1].committed < 64*loadSize; i++ {
+		if i > 20000 {
+			t.Fatalf("the healthy group committed %d bytes", loads[1].committed)
+		}
+		for _, l := range loads {
+			l.fill()
+		}
+		clk.Advance(time.Millisecond)
+		h.Poll()
+	}
+	if !bad.Fenced() || !errors.Is(bad.Status().Err, invariant.ErrViolated) || invariant.Violations() == violations {
+		t.Fatalf("the panicking group: fenced %v, err %v", bad.Fenced(), bad.Status().Err)
 	}
 }

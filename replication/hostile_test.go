@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/pkg/backend"
+	"basalt/pkg/clock"
+	"basalt/pkg/pmem"
 )
 
 // hostileCluster is a tcpCluster with fast ticks and a second volume group,
@@ -441,5 +443,54 @@ func TestRejectReasonNames(t *testing.T) {
 	}
 	if got := RejectReason(200).String(); got != "reason(200)" {
 		t.Errorf("unknown reason: %q", got)
+	}
+}
+
+// TestHeartbeatBeyondATruncatedLogIsRefused steps, in one iteration, an
+// append that cuts Raft's log shorter than the persisted one, then a
+// heartbeat committing up to the persisted end: the persisted last index
+// cannot vouch for it (Raft's log ends earlier, and Raft would panic), so
+// the loop persists first and refuses the heartbeat.
+func TestHeartbeatBeyondATruncatedLogIsRefused(t *testing.T) {
+	clk := clock.NewManual(testEpoch)
+	h, err := NewHost(Config{NodeID: 1, LogRegion: pmem.NewFake(4096+1<<20, 1), Clock: clk, Logger: testLogger(),
+		Transport: NewSimNetwork(1, clk).Endpoint(1), Manual: true, TickInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := h.AddGroup(1, []NodeID{1, 2, 3}, &faultySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents := func(first, last, term uint64) []raftpb.Entry {
+		var out []raftpb.Entry
+		for i := first; i <= last; i++ {
+			out = append(out, raftpb.Entry{Index: i, Term: term})
+		}
+		return out
+	}
+	// Node 2 leads term 2 and appends 2..5, committing nothing new.
+	g.deliver(inbound{m: raftpb.Message{Type: raftpb.MsgApp, From: 2, To: 1, Term: 2, Index: 1, LogTerm: 1, Commit: 1,
+		Entries: ents(2, 5, 2)}, src: simSource{}})
+	h.Poll()
+	if st := g.Status(); st.LastIndex != 5 || st.Commit != 1 {
+		t.Fatalf("after the first append: %+v", st)
+	}
+	// Node 3 leads term 3: its append overwrites from 3, then its heartbeat
+	// claims 5 committed, in the same iteration.
+	before := h.Stats().Rejected
+	g.deliver(inbound{m: raftpb.Message{Type: raftpb.MsgApp, From: 3, To: 1, Term: 3, Index: 2, LogTerm: 2, Commit: 1,
+		Entries: ents(3, 3, 3)}, src: simSource{}})
+	g.deliver(inbound{m: raftpb.Message{Type: raftpb.MsgHeartbeat, From: 3, To: 1, Term: 3, Commit: 5}, src: simSource{}})
+	h.Poll()
+	if got := h.Stats().Rejected[RejectIndex] - before[RejectIndex]; got != 1 {
+		t.Errorf("%d heartbeats refused for their commit index, want 1", got)
+	}
+	if st := g.Status(); st.Err != nil || st.LastIndex != 3 || st.Commit > 3 {
+		t.Errorf("after the heartbeat: %+v", st)
 	}
 }
