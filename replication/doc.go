@@ -17,8 +17,8 @@
 //
 // # One loop per group
 //
-// Each group has its own goroutine, which alone touches its RawNode
-// (aesthetics.md §2.3). Groups are independent (volumes), so one loop per
+// Each group has its own goroutine, which alone touches its RawNode.
+// Groups are independent (volumes), so one loop per
 // group lets their persists, sends and applies overlap on a multi-core node
 // with no lock between them; a slow group (one restoring a snapshot, one
 // whose replica is slow) delays only itself. The cost, a goroutine and a

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,11 +140,12 @@ func TestFailedGroupReleasesTheSharedLog(t *testing.T) {
 	}
 }
 
-// TestAsyncProposalsOnAFullQueueHoldNoGoroutine proposes, without polling,
-// far more than the proposal queue holds: the proposals beyond it fail at
-// once with ErrProposalDropped, and none leaves a goroutine waiting for room
-// (there used to be one per proposal).
-func TestAsyncProposalsOnAFullQueueHoldNoGoroutine(t *testing.T) {
+// TestAsyncProposalsOnAFullQueueWaitWithoutAGoroutine fills the proposal
+// queue without polling: filling it starts no goroutine (there used to be
+// one per proposal beyond the queue), the next proposal waits in its caller
+// until the loop makes room and then commits, and one waiting when its
+// group is removed fails.
+func TestAsyncProposalsOnAFullQueueWaitWithoutAGoroutine(t *testing.T) {
 	clk := clock.NewManual(testEpoch)
 	net := NewSimNetwork(1, clk)
 	h, err := NewHost(Config{NodeID: 1, LogRegion: pmem.NewFake(4096+1<<20, 1), Clock: clk, Logger: testLogger(),
@@ -167,27 +168,69 @@ func TestAsyncProposalsOnAFullQueueHoldNoGoroutine(t *testing.T) {
 		clk.Advance(time.Millisecond)
 		h.Poll()
 	}
-	const extra = 2000
 	goroutines := runtime.NumGoroutine()
-	var dropped, other int
-	for range proposalsSize + extra {
+	var mu sync.Mutex
+	var failed int
+	for range proposalsSize {
 		g.ProposeAsync([]byte("x"), func(err error) {
-			switch {
-			case errors.Is(err, ErrProposalDropped) && strings.Contains(err.Error(), "wait for"):
-				dropped++
-			case err != nil:
-				other++
+			if err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
 			}
 		})
 	}
 	if n := runtime.NumGoroutine(); n > goroutines+10 {
-		t.Errorf("%d goroutines after %d proposals beyond a full queue, %d before", n, extra, goroutines)
+		t.Errorf("%d goroutines after filling the queue, %d before", n, goroutines)
 	}
-	if dropped != extra || other != 0 {
-		t.Errorf("%d proposals dropped at once and %d failed otherwise, want %d and 0", dropped, other, extra)
+	// The queue is full: the next proposal waits in its caller, for room.
+	returned := make(chan struct{})
+	var result error
+	resulted := make(chan struct{})
+	go func() {
+		g.ProposeAsync([]byte("y"), func(err error) { result = err; close(resulted) })
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("ProposeAsync on a full queue returned at once")
+	case <-time.After(50 * time.Millisecond):
+	}
+	for i := 0; ; i++ {
+		h.Poll()
+		select {
+		case <-returned:
+		default:
+			if i > 1000 {
+				t.Fatal("ProposeAsync still waits after the loop drained the queue")
+			}
+			continue
+		}
+		break
 	}
 	for range 100 {
+		clk.Advance(time.Millisecond)
 		h.Poll()
+	}
+	<-resulted
+	if result != nil || failed != 0 {
+		t.Errorf("the waiting proposal: %v; %d queued ones failed; want all committed", result, failed)
+	}
+	if g.queueWaits.Load() != 1 {
+		t.Errorf("queueWaits = %d, want 1", g.queueWaits.Load())
+	}
+	// A proposal waiting for room when the group stops fails with the stop.
+	for range proposalsSize {
+		g.ProposeAsync([]byte("x"), func(error) {})
+	}
+	stopped := make(chan error, 1)
+	go g.ProposeAsync([]byte("z"), func(err error) { stopped <- err })
+	time.Sleep(20 * time.Millisecond)
+	if err := h.RemoveGroup(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err == nil {
+		t.Error("a proposal waiting for room when its group was removed succeeded")
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 	"basalt/pkg/invariant"
 )
 
-// Queue bounds of a group (aesthetics.md §2.9: every queue is bounded).
+// Queue bounds of a group (every queue is bounded).
 const (
 	inboxSize      = 1024 // raft messages; beyond, messages are dropped
 	proposalsSize  = 1024 // proposals; beyond, Propose waits
@@ -73,6 +73,8 @@ type Group struct {
 	stopOnce sync.Once
 	doneOnce sync.Once     // finish
 	stopping chan struct{} // closed by stop
+	// queueWaits counts asynchronous proposals that waited for room.
+	queueWaits atomic.Uint64
 	done     chan struct{} // closed when the loop goroutine exits
 	stopped  atomic.Bool
 	finished atomic.Bool           // the loop is gone: nothing drains the queues
@@ -180,11 +182,14 @@ func (g *Group) Propose(ctx context.Context, data []byte) error {
 	return g.proposeEntry(ctx, entry)
 }
 
-// ProposeAsync is Propose without waiting: done is called once, on the
-// group's loop (it must not block), with Propose's result. A full queue
-// (proposalsSize proposals waiting for the loop) fails at once with
-// ErrProposalDropped: nothing waits for room, so a burst of asynchronous
-// proposals holds no goroutine and no memory beyond the queue.
+// ProposeAsync is Propose without waiting for the result: done is called
+// once, on the group's loop (it must not block), with Propose's result, or
+// on the caller's goroutine when the proposal is refused before it is
+// queued. While the queue is full (proposalsSize proposals waiting for the
+// loop) ProposeAsync itself waits for room, or until the group stops: the
+// NVMe queue that proposes stops reading its next commands, which is the
+// back-pressure a host sees, instead of a failed write or a goroutine per
+// waiting proposal. It must not be called on the group's loop.
 func (g *Group) ProposeAsync(data []byte, done func(error)) {
 	entry := make([]byte, proposalIDSize+len(data))
 	copy(entry[proposalIDSize:], data)
@@ -210,10 +215,16 @@ func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
 	p := &proposal{data: entry, done: done, start: g.host.clock.Now()}
 	select {
 	case g.proposals <- p:
-		g.failQueuedIfFinished()
 	default:
-		done(fmt.Errorf("%w: %d proposals wait for %v's loop", ErrProposalDropped, proposalsSize, g.id))
+		g.queueWaits.Add(1)
+		select {
+		case g.proposals <- p:
+		case <-g.stopping:
+			done(g.stopErr())
+			return
+		}
 	}
+	g.failQueuedIfFinished()
 }
 
 // failQueuedIfFinished fails what is queued if the loop has finished: a
