@@ -20,10 +20,9 @@ var ErrIdentityMismatch = errors.New("replication: the Raft log carries another 
 // survive for as long as the log does; but the releaser frees the buffer
 // from its oldest record on. So the newest identity record is a pin, like a
 // group's: the releaser frees up to just below it, and when it is the only
-// thing in the way of freeing more, it has the record rewritten at the head
-// (keepIdentity), as it asks a group that pins the buffer to checkpoint.
-// The record is 72 bytes; a rewrite happens about once per pass of the
-// slowest group's pin over the buffer.
+// thing in the way of freeing more, the releaser copies it to the head
+// first (keepIdentity). The record is 72 bytes; a copy is written about once
+// per pass of the slowest group's pin over the buffer.
 type logIdentity struct {
 	mu struct {
 		sync.Mutex
@@ -32,8 +31,7 @@ type logIdentity struct {
 	}
 	// pin is the seq of the newest identity record, or while the first one
 	// is being written the next seq; 0 while the log carries none.
-	pin       atomic.Uint64
-	rewriting atomic.Bool // a rewrite is under way
+	pin atomic.Uint64
 }
 
 func (l *logIdentity) init(rec recovery) {
@@ -81,63 +79,52 @@ func (h *Host) StampIdentity(ctx context.Context, s identity.Stamp) error {
 	return nil
 }
 
-// keepIdentity returns the pin the releaser must respect: low, or the
-// identity record when it is older. In that case, if low would let the
-// releaser free more than the identity record alone, it asks for the record
-// to be rewritten at the head, after which the releaser may pass it.
-func (h *Host) keepIdentity(low pinner) pinner {
+// keepIdentity returns the pin up to which the releaser may free: low, the
+// smallest group pin, unless the identity record is older. Then, if low
+// would let the releaser free more than the identity record alone, the
+// record is copied to the head at once, on the releaser's goroutine, and
+// low is returned: the old copy may go. The copy is a small state record,
+// like a compaction, which the reserve kept for those records (space.go)
+// has room for; it is written only when the buffer has that room, so the
+// releaser does not wait in Append for space only a release could free
+// (unless another record took the room between the look and the append);
+// without room, the old copy stays and keeps the releaser below it until a
+// later pass. Done on the releaser's own goroutine, the copy costs no
+// release a round: written on another, it left the buffer held at the old
+// copy meanwhile, long enough under a write burst to fill it. The groups' pins
+// still decide which group is asked to checkpoint: an idle group right
+// above the identity record must be asked, or nothing above it would ever
+// be freed.
+func (h *Host) keepIdentity(low uint64) uint64 {
 	p := h.ident.pin.Load()
-	if p == 0 || p >= low.pin {
+	if p == 0 || p >= low {
 		return low
 	}
-	if low.pin > p+1 {
-		h.rewriteIdentity()
+	if low > p+1 && h.writeIdentityAgain() {
+		return low
 	}
-	return pinner{pin: p}
+	return p
 }
 
-// rewriteIdentity writes a new identity record at the head and wakes the
-// releaser. It never blocks the releaser: the record is written by a
-// goroutine of its own, since Append may wait for space that only a release
-// frees (in Manual mode, on the caller's goroutine, and only when the
-// buffer has room for it).
-func (h *Host) rewriteIdentity() {
-	if !h.ident.rewriting.CompareAndSwap(false, true) {
-		return
+// writeIdentityAgain appends a copy of the identity record, if the buffer
+// has room for it, and moves the pin to it; older copies are then free to
+// go. It reports whether it did.
+func (h *Host) writeIdentityAgain() bool {
+	if st := h.buf.Stats(); st.Size-st.Used < 2*(identityRecordSize+128) {
+		return false // a record may need padding to the end of the lap: twice its size is always enough
 	}
-	if h.cfg.Manual {
-		defer h.ident.rewriting.Store(false)
-		if st := h.buf.Stats(); st.Size-st.Used >= 2*(identityRecordSize+128) {
-			h.writeIdentityAgain(h.ctx)
-		}
-		return
-	}
-	h.wg.Add(1) // from the releaser, itself counted: never after Wait
-	go func() {
-		defer h.wg.Done()
-		defer h.ident.rewriting.Store(false)
-		if h.writeIdentityAgain(h.ctx) {
-			h.releaser.wake()
-		}
-	}()
-}
-
-// writeIdentityAgain appends a copy of the identity record and moves the pin
-// to it; the older copies are then free to go.
-func (h *Host) writeIdentityAgain(ctx context.Context) bool {
 	l := &h.ident
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var b recordBuilder
-	seq, err := h.buf.Append(ctx, kindIdentity, b.identityRecord(l.mu.stamp)...)
+	seq, err := h.buf.Append(h.ctx, kindIdentity, b.identityRecord(l.mu.stamp)...)
 	if err != nil {
-		if ctx.Err() == nil {
-			h.log.Warn("rewriting the log's identity record failed", "err", err)
+		if h.ctx.Err() == nil {
+			h.log.Warn("copying the log's identity record failed", "err", err)
 		}
 		return false
 	}
 	l.pin.Store(uint64(seq))
-	h.log.Debug("identity record rewritten", "record", seq)
 	return true
 }
 

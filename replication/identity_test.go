@@ -107,9 +107,9 @@ func TestIdentityRecordsThatDisagreeAreCorrupt(t *testing.T) {
 // TestIdentitySurvivesTheReleaser writes a few times the log's size through a
 // one-member volume, so that the releaser frees every record written before
 // the writes several times over, and checks that the log still carries its
-// stamp after a crash (Manual mode) or a reopen (goroutines: the record is
-// rewritten on a goroutine of its own). Without the identity's pin the
-// releaser frees the only identity record with the first lap.
+// stamp after a crash (Manual mode) or a reopen (with the loops and the
+// releaser on their goroutines). Without the identity's pin the releaser
+// frees the only identity record with the first lap.
 func TestIdentitySurvivesTheReleaser(t *testing.T) {
 	for _, manual := range []bool{true, false} {
 		name := map[bool]string{true: "manual", false: "goroutines"}[manual]
@@ -216,5 +216,60 @@ func writeLaps(t *testing.T, h *Host, v *Volume, manual bool, total int) {
 		if result != nil {
 			t.Fatalf("write %d: %v", i, result)
 		}
+	}
+}
+
+// TestIdentityDoesNotHideAnIdleGroupsPin: with the identity record the
+// oldest and an idle group's state record right above it, the releaser must
+// still ask the idle group to checkpoint under pressure (then copy the
+// identity record and free past both). When the identity's pin stood in for
+// the lowest pin, no group was asked, and a busy group's writes stalled for
+// ever once the buffer filled.
+func TestIdentityDoesNotHideAnIdleGroupsPin(t *testing.T) {
+	c := newSimCluster(t, 23, func(cfg *Config) { cfg.CompactionMargin = 8 })
+	for _, id := range c.members {
+		c.regions[id] = pmem.NewFake(4096+256<<10, int64(id))
+		h, err := NewHost(Config{NodeID: id, LogRegion: c.regions[id], Clock: c.clock, Logger: testLogger().With("node", id),
+			Transport: c.net.Endpoint(id), Manual: true, TickInterval: 10 * time.Millisecond, CompactionMargin: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.StampIdentity(context.Background(), testStamp(byte(id))); err != nil {
+			t.Fatal(err)
+		}
+		idle, _ := backend.NewMemory(testVolumeSize, 4096)
+		if _, err := h.AddVolume(2, c.members, idle); err != nil { // its state record right above the identity's
+			t.Fatal(err)
+		}
+		v, err := h.AddVolume(1, c.members, c.locals[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts[id], c.vols[id] = h, v
+	}
+	leader := c.leader()
+	for i := range 300 { // 300 x 4 KiB: several times the 256 KiB buffer
+		if err := c.write(leader, int64(i%64), byte(i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	for _, id := range c.members {
+		st := c.hosts[id].Stats()
+		if st.Used*4 > st.Size*3 {
+			t.Errorf("%v: buffer %d of %d bytes used", id, st.Used, st.Size)
+		}
+		c.crash(id)
+		h, err := NewHost(Config{NodeID: id, LogRegion: c.regions[id], Logger: testLogger(), Transport: c.net.Endpoint(id),
+			Manual: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := h.Identity(); !ok || s != testStamp(byte(id)) {
+			t.Errorf("%v after a crash: %v %v", id, s, ok)
+		}
+		_ = h.Close()
 	}
 }

@@ -84,8 +84,8 @@ func (r *releaser) releaseOnce() {
 	// appends, so a record appended after this read is either counted by its
 	// group's pin or above last.
 	stats := h.buf.Stats()
-	low := h.keepIdentity(r.lowestPin(uint64(stats.Last) + 1)) // identity.go
-	if upTo := cache.Seq(low.pin - 1); upTo > r.mu.released {
+	low := r.lowestPin(uint64(stats.Last) + 1)
+	if upTo := cache.Seq(h.keepIdentity(low.pin) - 1); upTo > r.mu.released { // identity.go
 		if err := h.buf.Release(upTo); err != nil {
 			h.log.Error("releasing the write buffer failed", "up_to", upTo, "err", err)
 			return
