@@ -73,8 +73,12 @@ PEER
 }
 
 write_config() {
-	local i=$1 dir=$RUN_DIR/node$1
+	local i=$1 dir=$RUN_DIR/node$1 idfile=$RUN_DIR/cluster-id
 	mkdir -p "$dir"
+	# The cluster's UUID, drawn on the first run and kept in $RUN_DIR: the
+	# nodes bootstrap with it once and check their state against it on every
+	# start after (a node whose Raft log is gone refuses to start).
+	[ -s "$idfile" ] || cat /proc/sys/kernel/random/uuid >"$idfile"
 	{
 		cat <<CFG
 # Written by scripts/run.sh; rewritten on every run.
@@ -94,6 +98,7 @@ node_id = $i
 raft_listen = "127.0.0.1:$((RAFT_PORT - 1 + i))"
 api_listen = "127.0.0.1:$((API_PORT - 1 + i))"
 bootstrap = true
+initial_cluster_id = "$(cat "$idfile")"
 CFG
 		peers
 		if [ "$USE_STORE" != 0 ]; then

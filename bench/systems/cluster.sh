@@ -37,6 +37,8 @@ cluster_free_ports() {
 # CLUSTER_PORTS[3(j-1)+0,1,2] are node j's NVMe, Raft and API ports.
 cluster_config() {
 	local i=$1 dir=$2 shm=$3 j drive_mib=$((SIZE_MIB > 1024 ? SIZE_MIB : 1024))
+	# One cluster UUID per cluster directory: every initial member bootstraps with it.
+	[ -s "$dir/cluster-id" ] || cat /proc/sys/kernel/random/uuid >"$dir/cluster-id"
 	local nv=${CLUSTER_PORTS[3 * (i - 1)]} rf=${CLUSTER_PORTS[3 * (i - 1) + 1]} api=${CLUSTER_PORTS[3 * (i - 1) + 2]}
 	cat <<CFG
 # Written by bench/systems/cluster.sh.
@@ -56,6 +58,7 @@ node_id = $i
 raft_listen = "127.0.0.1:$rf"
 api_listen = "127.0.0.1:$api"
 bootstrap = true
+initial_cluster_id = "$(cat "$dir/cluster-id")"
 CFG
 	for j in 1 2 3; do
 		cat <<PEER

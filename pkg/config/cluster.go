@@ -6,6 +6,8 @@ import (
 	"net"
 	"path/filepath"
 	"time"
+
+	"basalt/pkg/identity"
 )
 
 // The cluster sections. A cluster node's file (scripts/run.sh writes three
@@ -23,7 +25,9 @@ import (
 //	node_id = 1                        # 1..14; also the NVMe port ID
 //	raft_listen = "0.0.0.0:9520"       # default: this node's peer raft address
 //	api_listen = "127.0.0.1:9420"      # HTTP API and /metrics; default: peer api
-//	bootstrap = true                   # first start: form the cluster from the peers
+//	bootstrap = true                   # first start of an empty node: form the cluster
+//	initial_cluster_id = "6f1c2a94-0b3e-4d7a-9c55-2e8f10b6d3a1"  # with bootstrap: the
+//	                                   # same UUID on every initial member (uuidgen)
 //	raft_tick = "50ms"                 # Raft clock; election after election_ticks
 //	election_ticks = 10
 //	heartbeat_ticks = 1
@@ -67,10 +71,20 @@ type Cluster struct {
 	// APIListen is the address of the HTTP API and /metrics. Default:
 	// this node's peer api address.
 	APIListen string `toml:"api_listen"`
-	// Bootstrap lets a node without cluster state form the cluster from
-	// Peers on its first start (every initial member sets it). A node
-	// without it and without state refuses to start. Default true.
-	Bootstrap *bool `toml:"bootstrap"`
+	// Bootstrap lets an empty node (no Raft log, no metadata, no store
+	// data) form the cluster from Peers on its first start; every initial
+	// member sets it, with the same InitialClusterID. It never applies to
+	// a node that has state: one whose state is incomplete or foreign is
+	// refused whatever this says (pkg/node, identity). An empty node
+	// without it refuses to start. Default false.
+	Bootstrap bool `toml:"bootstrap"`
+	// InitialClusterID is the cluster UUID the bootstrapping members stamp
+	// into their state (pkg/identity), in the canonical 8-4-4-4-12 form;
+	// required with Bootstrap, identical on every initial member (like
+	// etcd's initial-cluster-token). Set on a node with state, it must be
+	// the UUID that state carries; it is also how a node whose state
+	// predates identity stamps adopts them.
+	InitialClusterID identity.ClusterUUID `toml:"initial_cluster_id"`
 	// RaftTick is the Raft clock period. Default 50ms.
 	RaftTick Duration `toml:"raft_tick"`
 	// ElectionTicks and HeartbeatTicks are in RaftTicks. Defaults 10, 1.
@@ -153,7 +167,7 @@ func (d *Duration) UnmarshalText(b []byte) error {
 }
 
 // BootstrapEnabled reports whether the node may form the cluster.
-func (c *Cluster) BootstrapEnabled() bool { return c.Bootstrap == nil || *c.Bootstrap }
+func (c *Cluster) BootstrapEnabled() bool { return c.Bootstrap }
 
 // Self returns this node's peer entry (zero if absent; Validate reports it).
 func (c *Cluster) Self() Peer {
@@ -246,6 +260,10 @@ func (c *Config) validateCluster() []error {
 	}
 	if c.NVMe.PortID != uint16(cl.NodeID) {
 		add("nvme.port_id %d: in a cluster the port ID is the node ID (%d); leave it unset", c.NVMe.PortID, cl.NodeID)
+	}
+	if cl.Bootstrap && cl.InitialClusterID.IsZero() {
+		add("cluster.bootstrap needs cluster.initial_cluster_id: one UUID (uuidgen makes one), " +
+			"the same on every initial member")
 	}
 	errs = append(errs, validatePeers(cl)...)
 	for what, a := range map[string]string{"cluster.raft_listen": cl.RaftListen, "cluster.api_listen": cl.APIListen} {

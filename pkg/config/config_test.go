@@ -121,7 +121,7 @@ func TestClusterDefaults(t *testing.T) {
 	if c.NVMe.PortID != 2 || c.NVMe.CNTLIDMin != 0x2001 || c.NVMe.CNTLIDMax != 0x2FFF {
 		t.Errorf("port %d cntlid %#x..%#x, want 2 and 0x2001..0x2FFF", c.NVMe.PortID, c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax)
 	}
-	if cl.RaftListen != "10.0.0.2:9520" || cl.APIListen != "10.0.0.2:9420" || !cl.BootstrapEnabled() {
+	if cl.RaftListen != "10.0.0.2:9520" || cl.APIListen != "10.0.0.2:9420" || cl.BootstrapEnabled() {
 		t.Errorf("cluster %+v", cl)
 	}
 	if cl.Peers[0].Name != "node1" || cl.Self().Name != "beta" {
@@ -217,10 +217,24 @@ allow_any_host = true
 	}
 }
 
-func TestBootstrapCanBeTurnedOff(t *testing.T) {
-	c, err := Load(write(t, strings.Replace(clusterFile, "node_id = 2", "node_id = 2\nbootstrap = false", 1)))
-	if err != nil || c.Cluster.BootstrapEnabled() {
-		t.Fatalf("err %v, bootstrap %v", err, c != nil && c.Cluster.BootstrapEnabled())
+// TestBootstrapNeedsAnInitialClusterID: bootstrap is off unless asked for,
+// and asking needs the cluster's UUID, in the canonical form.
+func TestBootstrapNeedsAnInitialClusterID(t *testing.T) {
+	const id = "6f1c2a94-0b3e-4d7a-9c55-2e8f10b6d3a1"
+	c, err := Load(write(t, strings.Replace(clusterFile, "node_id = 2", "node_id = 2\nbootstrap = true\ninitial_cluster_id = \""+id+"\"", 1)))
+	if err != nil || !c.Cluster.BootstrapEnabled() || c.Cluster.InitialClusterID.String() != id {
+		t.Fatalf("err %v, cluster %+v", err, c)
+	}
+	for _, tt := range []struct{ add, want string }{
+		{"bootstrap = true", "cluster.bootstrap needs cluster.initial_cluster_id"},
+		{"bootstrap = true\ninitial_cluster_id = \"6f1c2a94\"", "malformed UUID"},
+		{"initial_cluster_id = \"00000000-0000-0000-0000-000000000000\"", "zero UUID"},
+		{"initial_cluster_id = 7", "initial_cluster_id"},
+	} {
+		_, err := Load(write(t, strings.Replace(clusterFile, "node_id = 2", "node_id = 2\n"+tt.add, 1)))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err %v, want %q", tt.add, err, tt.want)
+		}
 	}
 }
 

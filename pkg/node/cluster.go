@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"basalt/pkg/cluster"
 	"basalt/pkg/config"
 	"basalt/pkg/disk"
+	"basalt/pkg/identity"
 	"basalt/pkg/meta"
 	"basalt/pkg/metrics"
 	"basalt/pkg/pmem"
@@ -32,6 +32,7 @@ import (
 type clusterParts struct {
 	log     *slog.Logger
 	db      *meta.DB
+	drives  []disk.Drive // opened, until the store takes them
 	store   *store.Store
 	scrub   *store.Scrubber
 	raftLog pmem.Region
@@ -58,10 +59,7 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data directory: %w", err)
 	}
-	if err := cp.openStorage(cfg, log); err != nil {
-		return n, err
-	}
-	if err := cp.openRaft(cfg, log); err != nil {
+	if err := cp.openState(cfg, log); err != nil {
 		return n, err
 	}
 	lo, hi := cfg.NVMe.CNTLIDMin, cfg.NVMe.CNTLIDMax
@@ -89,14 +87,61 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	return n, nil
 }
 
-// openStorage opens the metadata store and, with [store], the drives and
-// the write buffer, and starts the store's scrub schedule.
+// openState opens the metadata, the drives and the Raft log, checks that
+// they are all this node's (identity.go) before anything is written to them,
+// then opens the store and starts the Raft host.
+func (cp *clusterParts) openState(cfg *config.Config, log *slog.Logger) error {
+	if err := cp.openMetaAndDrives(cfg, log); err != nil {
+		return err
+	}
+	if err := cp.openRaft(cfg, log); err != nil {
+		return err
+	}
+	stamp, err := cp.checkIdentity(cfg, cp.drives)
+	if err != nil {
+		return err
+	}
+	if err := cp.openStore(cfg, log, stamp); err != nil {
+		return err
+	}
+	if err := cp.host.Start(); err != nil {
+		return fmt.Errorf("node: raft: %w", err)
+	}
+	return nil
+}
+
+// openStorage opens a single node's metadata and, with [store], its store
+// (no Raft log, no identity stamps).
 func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error {
+	if err := cp.openMetaAndDrives(cfg, log); err != nil {
+		return err
+	}
+	return cp.openStore(cfg, log, identity.Stamp{})
+}
+
+// openMetaAndDrives opens the metadata and, with [store], the drives.
+func (cp *clusterParts) openMetaAndDrives(cfg *config.Config, log *slog.Logger) error {
 	db, err := meta.Open(meta.Options{Dir: filepath.Join(cfg.Node.DataDir, "meta"), Logger: log})
 	if err != nil {
 		return fmt.Errorf("node: metadata: %w", err)
 	}
 	cp.db = db
+	if sc := cfg.Store; sc != nil {
+		for _, p := range sc.Drives {
+			d, err := disk.OpenFile(p, int64(sc.DriveSize))
+			if err != nil {
+				return fmt.Errorf("node: drive %s: %w", p, err)
+			}
+			cp.drives = append(cp.drives, d)
+		}
+	}
+	return nil
+}
+
+// openStore opens the store, with [store], on the drives and a write
+// buffer, and starts its scrub schedule. A new store is formatted with
+// stamp (store.Options.Stamp), an existing one checked against it.
+func (cp *clusterParts) openStore(cfg *config.Config, log *slog.Logger, stamp identity.Stamp) error {
 	sc := cfg.Store
 	if sc == nil {
 		return nil
@@ -109,25 +154,16 @@ func (cp *clusterParts) openStorage(cfg *config.Config, log *slog.Logger) error 
 	if err != nil {
 		return err
 	}
-	opts := store.Options{Meta: db, Parity: sc.Parity, Data: sc.Data, ChunkSize: int(sc.ChunkSize),
+	opts := store.Options{Meta: cp.db, Stamp: stamp, Parity: sc.Parity, Data: sc.Data, ChunkSize: int(sc.ChunkSize),
 		SegmentStripes: sc.SegmentStripes, GCPolicy: policy, Discard: discard, Logger: log.With("part", "store"),
 		Clock: clock.Real()}
-	for _, p := range sc.Drives {
-		d, err := disk.OpenFile(p, int64(sc.DriveSize))
-		if err != nil {
-			closeDrives(opts.Drives)
-			return fmt.Errorf("node: drive %s: %w", p, err)
-		}
-		opts.Drives = append(opts.Drives, d)
-	}
 	region, err := openStoreBuffer(sc)
 	if err != nil {
-		closeDrives(opts.Drives)
 		return err
 	}
 	log.Info("store write buffer", "path", cmp.Or(sc.Buffer, config.BufferInMemory), "mode", region.Mode().String(),
 		"survives_power_loss", region.Mode().Durable())
-	opts.Buffer = region
+	opts.Drives, opts.Buffer, cp.drives = cp.drives, region, nil
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
 		return fmt.Errorf("node: store: %w", err)
 	}
@@ -158,7 +194,9 @@ func closeDrives(ds []disk.Drive) {
 	}
 }
 
-// openRaft maps the Raft log region and creates the Raft host.
+// openRaft maps the Raft log region and creates the Raft host, which
+// recovers the log; openState starts it once the log is known to be this
+// node's.
 func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 	cl, rl := cfg.Cluster, cfg.RaftLog
 	if err := os.MkdirAll(filepath.Dir(rl.Path), 0o700); err != nil {
@@ -182,14 +220,6 @@ func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks,
 	})
 	if err != nil {
-		return fmt.Errorf("node: raft: %w", err)
-	}
-	recovered := slices.Contains(cp.host.RecoveredGroups(), replication.GroupID(cluster.MetadataGroup))
-	if !recovered && !cl.BootstrapEnabled() {
-		return fmt.Errorf("node: this node has no cluster state and cluster.bootstrap is false: " +
-			"joining an existing cluster is not supported yet; set bootstrap = true on every initial member")
-	}
-	if err := cp.host.Start(); err != nil {
 		return fmt.Errorf("node: raft: %w", err)
 	}
 	return nil
@@ -306,6 +336,7 @@ func (cp *clusterParts) closeStorage() error {
 	if cp.store != nil {
 		errs = append(errs, cp.store.Close())
 	}
+	closeDrives(cp.drives) // opened, not yet handed to the store
 	if cp.raftLog != nil {
 		errs = append(errs, cp.raftLog.Close())
 	}

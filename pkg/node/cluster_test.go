@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 
 	"basalt/pkg/api"
 	"basalt/pkg/config"
+	"basalt/pkg/identity"
 	"basalt/pkg/nvme/host"
 	"basalt/tests/ports"
 )
@@ -26,8 +28,18 @@ func freeAddr(t *testing.T) string {
 	return ports.FreeAddr(t)
 }
 
-// oneNodeConfig writes the file of a one-node cluster in dir.
+// testClusterID is the initial_cluster_id oneNodeConfig writes.
+var testClusterID = identity.NewClusterUUID()
+
+// oneNodeConfig writes the file of a one-node cluster in dir, which
+// bootstraps with testClusterID.
 func oneNodeConfig(t *testing.T, dir string, withStore bool) *config.Config {
+	t.Helper()
+	return oneNodeConfigOf(t, dir, withStore, testClusterID)
+}
+
+// oneNodeConfigOf is oneNodeConfig with another initial_cluster_id.
+func oneNodeConfigOf(t *testing.T, dir string, withStore bool, clusterID identity.ClusterUUID) *config.Config {
 	t.Helper()
 	nvme, apiAddr, raft := freeAddr(t), freeAddr(t), freeAddr(t)
 	text := fmt.Sprintf(`
@@ -35,6 +47,8 @@ func oneNodeConfig(t *testing.T, dir string, withStore bool) *config.Config {
 data_dir = %q
 [cluster]
 node_id = 1
+bootstrap = true
+initial_cluster_id = %q
   [[cluster.peer]]
   id = 1
   raft = %q
@@ -42,7 +56,7 @@ node_id = 1
   api = %q
 [raft_log]
 size = "16MiB"
-`, dir, raft, nvme, apiAddr)
+`, dir, clusterID.String(), raft, nvme, apiAddr)
 	if withStore {
 		text += fmt.Sprintf("[store]\ndrives = [%q, %q, %q]\ndrive_size = \"64MiB\"\nbuffer = %q\nbuffer_size = \"16MiB\"\nchunk_size = \"16KiB\"\nsegment_stripes = 4\n",
 			filepath.Join(dir, "d0"), filepath.Join(dir, "d1"), filepath.Join(dir, "d2"), filepath.Join(dir, "wbuf"))
@@ -166,10 +180,13 @@ func checkScrubWiring(t *testing.T, ctx context.Context, client *api.Client, dir
 func TestClusterNodeRefusesToJoinWithoutBootstrap(t *testing.T) {
 	dir := t.TempDir()
 	cfg := oneNodeConfig(t, dir, false)
-	off := false
-	cfg.Cluster.Bootstrap = &off
-	if n, err := Start(cfg, slog.New(slog.DiscardHandler)); err == nil {
+	cfg.Cluster.Bootstrap = false
+	n, err := Start(cfg, slog.New(slog.DiscardHandler))
+	if err == nil {
 		n.Close()
 		t.Fatal("a node without state and without bootstrap started")
+	}
+	if !errors.Is(err, ErrNoState) || !strings.Contains(err.Error(), "joining an existing cluster is not supported yet") {
+		t.Errorf("refusal: %v", err)
 	}
 }

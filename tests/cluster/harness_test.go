@@ -25,6 +25,7 @@ import (
 
 	"basalt/pkg/api"
 	"basalt/pkg/cluster"
+	"basalt/pkg/identity"
 	"basalt/pkg/nvme/host"
 	"basalt/tests/ports"
 )
@@ -87,6 +88,8 @@ type testCluster struct {
 	dir   string
 	shm   string // write buffers and Raft logs: tmpfs where there is one, as make run does
 	nodes []*node
+	// clusterID is every node's initial_cluster_id.
+	clusterID identity.ClusterUUID
 }
 
 // freePort returns a loopback address with a port free right now, never
@@ -101,7 +104,7 @@ func freePort(t *testing.T) string {
 func startCluster(t *testing.T, o opts) *testCluster {
 	t.Helper()
 	needProcesses(t)
-	tc := &testCluster{t: t, o: o, dir: t.TempDir()}
+	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID()}
 	tc.shm = tc.dir
 	if dir, err := os.MkdirTemp("/dev/shm", "basalt-test-"); err == nil {
 		tc.shm = dir
@@ -144,7 +147,8 @@ func (tc *testCluster) writeConfig(n *node) {
 	fmt.Fprintf(&b, "[node]\nname = \"node%d\"\ndata_dir = %q\n\n", n.id, n.dir)
 	fmt.Fprintf(&b, "[nvme]\nlisten = %q\nadvertise = %q\n\n", n.nvme, n.nvme)
 	fmt.Fprintf(&b, "[log]\nlevel = \"info\"\n\n")
-	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\n", n.id, n.raft, n.api)
+	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
+		n.id, n.raft, n.api, tc.clusterID)
 	for _, p := range tc.nodes {
 		raft := p.raft
 		if p != n {

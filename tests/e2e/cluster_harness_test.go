@@ -14,6 +14,7 @@ import (
 
 	"basalt/pkg/api"
 	"basalt/pkg/cluster"
+	"basalt/pkg/identity"
 )
 
 // kcluster is a 3-node Basalt cluster of basaltd processes on loopback whose
@@ -24,6 +25,8 @@ type kcluster struct {
 	t     *testing.T
 	bin   string
 	nodes []*knode
+	// clusterID is every node's initial_cluster_id.
+	clusterID identity.ClusterUUID
 }
 
 // knode is one basaltd process. start after kill reuses ports, config and
@@ -47,7 +50,7 @@ type knode struct {
 // are active members answering their API.
 func startKCluster(t *testing.T, n int) *kcluster {
 	t.Helper()
-	kc := &kcluster{t: t, bin: basaltdBinary(t)}
+	kc := &kcluster{t: t, bin: basaltdBinary(t), clusterID: identity.NewClusterUUID()}
 	dir := t.TempDir()
 	for i := 1; i <= n; i++ {
 		nd := &knode{id: i, dir: filepath.Join(dir, fmt.Sprintf("node%d", i)), nvmePort: freePort(t),
@@ -88,7 +91,8 @@ func (kc *kcluster) config(nd *knode) string {
 	fmt.Fprintf(&b, "[node]\nname = \"node%d\"\ndata_dir = %q\n\n", nd.id, nd.dir)
 	fmt.Fprintf(&b, "[nvme]\nlisten = \"127.0.0.1:%d\"\nadvertise = \"10.0.2.2:%d\"\n\n", nd.nvmePort, nd.nvmePort)
 	fmt.Fprintf(&b, "[log]\nlevel = \"info\"\n\n")
-	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\n", nd.id, nd.raft, nd.api)
+	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
+		nd.id, nd.raft, nd.api, kc.clusterID)
 	for _, p := range kc.nodes {
 		fmt.Fprintf(&b, "  [[cluster.peer]]\n  id = %d\n  name = \"node%d\"\n  raft = %q\n  nvme = \"10.0.2.2:%d\"\n  api = %q\n",
 			p.id, p.id, p.raft, p.nvmePort, p.api)
