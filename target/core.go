@@ -114,6 +114,16 @@ func (sq *SQ) Connected() bool { return sq.connected.Load() }
 // Controller returns the controller the queue belongs to, or nil.
 func (sq *SQ) Controller() *Controller { return sq.ctrl.Load() }
 
+// Association identifies the controller the queue belongs to (its
+// *Controller), or is nil before Connect: a transport keys what a
+// controller's queues share (a write budget) by it.
+func (sq *SQ) Association() any {
+	if c := sq.ctrl.Load(); c != nil {
+		return c
+	}
+	return nil
+}
+
 // Depth returns the number of queue entries: SQSIZE+1 after Connect, 1
 // before (only the Connect command may be outstanding).
 func (sq *SQ) Depth() int {
@@ -363,6 +373,14 @@ func (sq *SQ) complete(r *Request, status nvme.Status) {
 	}
 	sq.ops.QueueResponse(r)
 }
+
+// Abort completes r, which Init accepted and which will never be executed,
+// with status (≈ nvmet_req_uninit): the transport aborts a request whose
+// connection ends while it waits for its data (after an R2T) or for a
+// buffer, usually with Command Aborted due to SQ Deletion. Like every
+// completion it releases what Init took (the namespace reference) and
+// calls QueueOps.QueueResponse once.
+func (sq *SQ) Abort(r *Request, status nvme.Status) { sq.complete(r, status) }
 
 // nextSQHD advances the submission queue head pointer, modulo SQSIZE+1
 // (NVMe-oF 1.1 §2.2; nvmet_update_sq_head), or returns 0xFFFF when SQ flow

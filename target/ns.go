@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"basalt/pkg/backend"
+	"basalt/pkg/invariant"
 	"basalt/pkg/nvme"
 )
 
@@ -97,20 +98,29 @@ func (ns *Namespace) acquire() bool {
 	return true
 }
 
-// release drops an in-flight reference.
+// release drops an in-flight reference. Dropping more than were taken is
+// a broken invariant (a request completed twice past the core's guard).
 func (ns *Namespace) release() {
-	if ns.inflight.Add(-1) == 0 && ns.removed.Load() {
+	switch n := ns.inflight.Add(-1); {
+	case n == 0 && ns.removed.Load():
 		ns.drainOnce.Do(func() { close(ns.drained) })
+	case n < 0:
+		_ = invariant.Failf("target: namespace %d released %d more times than acquired", ns.nsid, -n)
 	}
 }
 
-// retire marks the namespace removed and waits for commands in flight on it.
-func (ns *Namespace) retire() {
+// InFlight returns the number of commands holding the namespace: resolved
+// by Init and not completed yet. Every one releases it exactly once, so
+// it returns to zero once they have all completed (tests check it).
+func (ns *Namespace) InFlight() int64 { return ns.inflight.Load() }
+
+// markRemoved makes later commands treat the namespace as inactive; once
+// no command holds it, drained is closed.
+func (ns *Namespace) markRemoved() {
 	ns.removed.Store(true)
 	if ns.inflight.Load() == 0 {
 		ns.drainOnce.Do(func() { close(ns.drained) })
 	}
-	<-ns.drained
 }
 
 // newNamespace validates cfg against s and the table it will join.
@@ -222,7 +232,13 @@ func (s *Subsystem) AddNamespace(cfg NamespaceConfig) error {
 
 // RemoveNamespace detaches a namespace, notifies the subsystem's
 // controllers, and waits until commands in flight on it have finished, so
-// that the caller may close the backend afterwards.
+// that the caller may close the backend afterwards. The wait is bounded by
+// Config.DrainTimeout (see Target.drain): half of it for the commands to
+// finish, then the subsystem's controllers are destroyed (their
+// connections end, and commands still waiting for host data are aborted),
+// then the rest. If commands are still in the backend at the end, the
+// namespace is removed all the same and the error wraps ErrDrainTimeout:
+// they complete, and release the namespace, when the backend returns.
 func (s *Subsystem) RemoveNamespace(nsid uint32) error {
 	t := s.t
 	t.mu.Lock()
@@ -239,8 +255,7 @@ func (s *Subsystem) RemoveNamespace(nsid uint32) error {
 	for _, c := range ctrls {
 		c.namespaceChanged(nsid)
 	}
-	ns.retire()
-	return nil
+	return t.drain(s, []*Namespace{ns}, false)
 }
 
 // NotifyNamespaceChanged re-reads the backend's size (after a resize) and

@@ -33,16 +33,25 @@ const (
 //     Data, then calls QueueOps.QueueResponse(r) once.
 //  4. the transport sends C2HData (DirC2H and success) and the CapsuleResp,
 //     then reuses the slot.
+//
+// A request Init accepted that will never execute (its connection ends
+// while it waits for its data or a buffer) is ended with SQ.Abort, which
+// completes it like any other: every request Init accepts completes
+// exactly once, and releases what Init took.
 type Request struct {
 	// Cmd is the submission queue entry as received.
 	Cmd nvme.Command
 	// Cpl is the completion; valid when QueueResponse is called.
 	Cpl nvme.Completion
-	// Data is the slot's data buffer, owned by the transport. Its capacity is
-	// at least the queue's maximum transfer size (MDTS, or 8 KiB for admin
-	// queues and Fabrics commands). The one exception: while Execute runs a
-	// request SQ.ExecutesInline reports, the transport may lend exactly
-	// TransferLen bytes of host data from its own buffers instead.
+	// Data is the command's data buffer, owned by the transport. At Init
+	// its capacity is at least the command's SGL length, or the queue's
+	// maximum transfer size (MDTS, or 8 KiB for admin queues and Fabrics
+	// commands) when its data is not in the capsule; Init only checks the
+	// capacity and must not write it (a transport may attach a shared
+	// scratch slice until it knows the direction). From Execute on it
+	// holds at least TransferLen bytes of the command's own. While Execute
+	// runs a request SQ.ExecutesInline reports, the transport may lend
+	// exactly TransferLen bytes of host data from its own buffers instead.
 	Data []byte
 	// Dir and TransferLen are set by Init: the data the command moves.
 	Dir         DataDir

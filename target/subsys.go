@@ -106,7 +106,10 @@ func (t *Target) AddSubsystem(cfg SubsystemConfig) (*Subsystem, error) {
 }
 
 // RemoveSubsystem tears down the subsystem's controllers and waits until
-// commands in flight on its namespaces have finished.
+// commands in flight on its namespaces have finished, for at most
+// Config.DrainTimeout in all (Target.drain); an error wrapping
+// ErrDrainTimeout says some are still in the backend (the subsystem is
+// gone all the same).
 func (t *Target) RemoveSubsystem(nqn string) error {
 	t.mu.Lock()
 	s := t.mu.subsystems[nqn]
@@ -125,10 +128,7 @@ func (t *Target) RemoveSubsystem(nqn string) error {
 	for _, c := range ctrls {
 		c.destroy(ErrSubsystemRemoved)
 	}
-	for _, ns := range tab.list {
-		ns.retire()
-	}
-	return nil
+	return t.drain(s, tab.list, true)
 }
 
 // Subsystem returns the subsystem named nqn, or nil.

@@ -28,6 +28,10 @@ var (
 	ErrControllerReset  = errors.New("target: controller reset (CC.EN 1→0)")
 	ErrHostRemoved      = errors.New("target: host no longer allowed")
 	ErrSubsystemRemoved = errors.New("target: subsystem removed")
+	ErrNamespaceRemoved = errors.New("target: namespace removed with commands in flight")
+	// ErrDrainTimeout: a removal finished with commands still in the
+	// backend after Config.DrainTimeout.
+	ErrDrainTimeout = errors.New("target: commands still in flight after the drain timeout")
 )
 
 // Defaults for Config fields left zero.
@@ -84,6 +88,11 @@ type Config struct {
 	// DiscoveryKATO is enforced on discovery controllers that connect with
 	// KATO 0, so abandoned ones do not live forever (cf. SPDK).
 	DiscoveryKATO time.Duration
+	// DrainTimeout bounds how long RemoveNamespace and RemoveSubsystem
+	// wait for the commands in flight on the namespaces they remove; after
+	// Close, all removals together end within DrainTimeout of it.
+	// Default DefaultDrainTimeout.
+	DrainTimeout time.Duration
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -124,6 +133,9 @@ func (c *Config) EnsureDefaults() {
 	if c.DiscoveryKATO == 0 {
 		c.DiscoveryKATO = DefaultDiscoveryKATO
 	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
 }
 
 // Validate reports every invalid field (call EnsureDefaults first).
@@ -158,8 +170,8 @@ func (c *Config) Validate() error {
 			bad("%s %q: not printable ASCII of at most %d bytes", f.name, f.v, f.max)
 		}
 	}
-	if c.KeepAliveGrace < 0 || c.DiscoveryKATO < 0 {
-		bad("negative KeepAliveGrace or DiscoveryKATO")
+	if c.KeepAliveGrace < 0 || c.DiscoveryKATO < 0 || c.DrainTimeout < 0 {
+		bad("negative KeepAliveGrace, DiscoveryKATO or DrainTimeout")
 	}
 	return errors.Join(errs...)
 }
@@ -199,6 +211,7 @@ type Target struct {
 	mu struct {
 		sync.Mutex
 		closed     bool
+		closedAt   time.Time // when Close was called
 		subsystems map[string]*Subsystem
 		ports      map[uint16]*Port
 		// remote are the subsystems served on other nodes' ports,
@@ -363,6 +376,7 @@ func (t *Target) Close() error {
 		return nil
 	}
 	t.mu.closed = true
+	t.mu.closedAt = t.clock.Now()
 	ctrls := t.controllersLocked(nil)
 	t.mu.Unlock()
 	for _, c := range ctrls {

@@ -12,9 +12,14 @@
 //
 //   - the receive goroutine runs the receive state machine and owns the
 //     connection's lifecycle (handshake, teardown);
-//   - the send goroutine writes everything else: R2Ts, C2HData, CapsuleResps
-//     and the C2HTermReq of a fatal error (a worker of the core's may write
-//     the responses instead, see below).
+//   - the send goroutine, started once the ICResp is written, writes
+//     everything else: R2Ts, C2HData, CapsuleResps and the C2HTermReq of a
+//     fatal error (a worker of the core's may write the responses instead,
+//     see below).
+//
+// Before its ICReq a connection has no buffer, slot or send goroutine; one
+// watchdog goroutine per Listener keeps every connection's handshake
+// deadlines (ICReq, Connect).
 //
 // The core completes commands from any goroutine with QueueResponse, which
 // links the command's slot into an intrusive FIFO and never blocks: a slot is
@@ -55,23 +60,47 @@
 //	CapsuleCmd/H2CData with data ──▶ recvData ──▶ recvDDGST (if DDGSTF)
 //	any violation ──▶ recvErr: C2HTermReq queued, connection ends
 //
-// The first PDU must be an ICReq (PFV 0, HPDA ≤ 31); the ICResp carries PFV
-// 0, CPDA 0, the host's digest bits and MAXH2CDATA. A connection without an
-// ICReq within Options.ICReqTimeout is closed.
+// The first PDU must be an ICReq (PFV 0, HPDA ≤ 31), read straight from the
+// socket; the ICResp carries PFV 0, CPDA 0, the host's digest bits and
+// MAXH2CDATA. A connection without an ICReq within Options.ICReqTimeout,
+// or without a successful Connect within Options.ConnectTimeout of its
+// ICResp, is closed.
 //
 // # Slots
 //
-// A queue preallocates slots (≈ nvmet_tcp_cmd): 32 before Connect, Depth()+1
-// after (the Linux host reuses a CID as soon as it sees the completion). A
-// slot's index is Request.Slot and the R2T transfer tag. States:
+// A queue preallocates slots (≈ nvmet_tcp_cmd) once its ICReq is accepted:
+// 32 before Connect, Depth()+1 after (the Linux host reuses a CID as soon
+// as it sees the completion). A slot's index is Request.Slot and the R2T
+// transfer tag. States:
 //
 //	free ─▶ receiving ─Init─▶ in-core ─QueueResponse─▶ sending ─written─▶ free
-//	             └─▶ r2t-queued ─R2T emitted─▶ awaiting-data ─last H2CData─┘
+//	             ├─▶ r2t-queued ─R2T emitted─▶ awaiting-data ─last H2CData─┘
+//	             └─▶ waiting-budget ─granted─┘
 //
-// Data buffers are allocated on a slot's first data command, sized to the
-// queue's largest transfer (MaxTransferSize, at least 8 KiB), as
-// target.Request requires. Released slots are reused most-recent first, so
-// at low queue depth only a few buffers are ever allocated.
+// Data buffers (power-of-two classes from 4 KiB to the queue's largest
+// transfer) come from the node's Budget when a command needs one and go
+// back when its slot is free again, so an idle slot holds none (buffers.go,
+// waiters.go). Until Init has said which way the data goes, a command's
+// Request.Data is a shared scratch slice that nothing writes, as large as
+// the queue's largest buffer (Init only checks its capacity).
+//
+// # Limits
+//
+// A Budget, shared by the Listeners of a node, bounds what clients can make
+// it hold (Limits): connections in all and per remote IP address (one more
+// is closed when accepted: nothing is read from it, and no PDU could
+// refuse it before its ICReq); the buffers of writes whose data is asked
+// for by R2T, per node and per controller (beyond them the target simply
+// does not send the R2T yet: the write waits holding only its slot, and
+// the controllers with waiting writes take turns); and every other data
+// buffer (a command that needs one waits for it before it executes, and
+// its receive goroutine reads nothing meanwhile; those buffers never wait
+// for a receiver, so the wait ends). The read buffer of a connection is
+// 16 KiB from its ICReq on, ReadBufferSize once an I/O queue is connected.
+// Timeouts: ICReqTimeout, ConnectTimeout, and H2CDataTimeout from an R2T
+// to the last of its data (the send goroutine's timer; the connection is
+// closed, the specification names no FES for it). Budget.Stats counts
+// connections, refusals, timeouts and buffers for the metrics.
 //
 // # Decisions
 //
@@ -111,8 +140,14 @@
 // # Teardown
 //
 // When the receiver stops (EOF, error, violation, QueueOps.Close, Shutdown)
-// it calls SQ.Release, drops the slots still waiting for host data (never
-// executed), waits for every executing command to complete, lets the sender
-// write what they queued (bounded by Options.DrainTimeout), then closes the
-// socket. A completion arriving after that is dropped.
+// every command completes exactly once and gives back its slot and buffer
+// (teardown.go): a C2HTermReq is written first, then SQ.Release; commands
+// Init accepted that will never execute (waiting for write budget, for
+// their R2T to go out, or for H2C data) are aborted in the core (SQ.Abort:
+// Command Aborted due to SQ Deletion), which releases their namespace;
+// executing commands are waited for, the socket being closed after
+// Options.DrainTimeout so that a host that does not read cannot hold
+// teardown (a command still in the backend is waited for even then: the
+// backend may still use its buffer); the sender drains and exits, and the
+// socket is closed. A completion arriving after that is dropped.
 package tcp

@@ -110,7 +110,7 @@ func FuzzPDUStream(f *testing.F) {
 		opts.ReadBufferSize = 4096
 		opts.EnsureDefaults()
 		src := newCoreSource(func(c *fakeCore) { c.diskSize, c.lend = 64<<10, dgst&4 != 0 })
-		q := newQueue(conn, src.factory, &opts)
+		q := newQueue(conn, src.factory, &opts, nil)
 		done := make(chan struct{})
 		go func() {
 			q.serve()
@@ -159,6 +159,12 @@ func (c *memConn) Close() error {
 	defer c.mu.Unlock()
 	c.closed = true
 	return nil
+}
+
+func (c *memConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func (c *memConn) LocalAddr() net.Addr                { return &net.TCPAddr{} }

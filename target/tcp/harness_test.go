@@ -52,6 +52,20 @@ type fakeCore struct {
 	// Init'd but not executed (a core that fails in-flight requests).
 	completeOnRelease bool
 	pending           atomic.Pointer[target.Request]
+	// assoc is what Association returns once connected (default: the
+	// core itself, one controller per connection).
+	assoc any
+	// oversize makes Init accept reads and writes 4 KiB larger than the
+	// transport's buffer (a core bug).
+	oversize bool
+
+	// refs counts the requests Init accepted and not yet completed, as
+	// the real core's namespace references: every path must bring it back
+	// to zero, completing each request once (active).
+	refs     atomic.Int64
+	aborted  atomic.Int32
+	activeMu sync.Mutex
+	active   map[*target.Request]bool
 
 	connected atomic.Bool
 	qid       atomic.Uint32
@@ -75,10 +89,42 @@ func (c *fakeCore) QID() uint16     { return uint16(c.qid.Load()) }
 func (c *fakeCore) Connected() bool { return c.connected.Load() }
 func (c *fakeCore) Release() {
 	c.released.Add(1)
-	if r := c.pending.Swap(nil); r != nil && c.completeOnRelease {
+	if r := c.pending.Swap(nil); r != nil && c.completeOnRelease && c.claim(r) {
 		r.Cpl = nvme.Completion{CID: r.Cmd.CID(), Status: nvme.StatusAbortSQDeletion}
 		c.ops.QueueResponse(r)
 	}
+}
+
+// claim ends r's life in the core: true for the first completion of a
+// request Init accepted, false for a later one (completeOnRelease and
+// Abort may race).
+func (c *fakeCore) claim(r *target.Request) bool {
+	c.activeMu.Lock()
+	was := c.active[r]
+	delete(c.active, r)
+	c.activeMu.Unlock()
+	if was {
+		c.refs.Add(-1)
+	}
+	return was
+}
+
+func (c *fakeCore) Abort(r *target.Request, st nvme.Status) {
+	c.aborted.Add(1)
+	if c.claim(r) {
+		r.Cpl = nvme.Completion{CID: r.Cmd.CID(), SQID: c.QID(), Status: st}
+		c.ops.QueueResponse(r)
+	}
+}
+
+func (c *fakeCore) Association() any {
+	switch {
+	case !c.connected.Load():
+		return nil
+	case c.assoc != nil:
+		return c.assoc
+	}
+	return c
 }
 
 func (c *fakeCore) Depth() int {
@@ -135,10 +181,19 @@ func (c *fakeCore) Init(r *target.Request) bool {
 	}
 	if want > 0 {
 		r.Dir, r.TransferLen = dir, want
-		if int(want) > len(r.Data) {
+		if c.oversize {
+			r.TransferLen = uint32(cap(r.Data)) + 4096
+		} else if int(want) > cap(r.Data) {
 			return c.fail(r, nvme.StatusInternalError)
 		}
 	}
+	c.activeMu.Lock()
+	if c.active == nil {
+		c.active = make(map[*target.Request]bool)
+	}
+	c.active[r] = true
+	c.activeMu.Unlock()
+	c.refs.Add(1)
 	c.pending.Store(r)
 	return true
 }
@@ -208,7 +263,9 @@ func (c *fakeCore) execute(r *target.Request) {
 		r.DataLen = r.TransferLen
 		r.Cpl.DW0 = 1
 	}
-	c.ops.QueueResponse(r)
+	if c.claim(r) {
+		c.ops.QueueResponse(r)
+	}
 }
 
 // coreSource hands a fresh fakeCore to each connection and remembers them.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/invariant"
 	"basalt/pkg/nvme"
 )
 
@@ -150,8 +151,20 @@ func TestCommandsBeyondQueueDepthTerminate(t *testing.T) {
 			buf.Write(h.capsule(&c, nil))
 		}
 		h.write(buf.Bytes())
-		h.readPDU() // two R2Ts, then the termination
-		h.readPDU()
+		// The termination; the R2Ts of the first two only if the sender
+		// got to them before teardown aborted them.
+		for range 2 {
+			if p, err := h.tryReadPDU(); err != nil || p.ch.Type != nvme.PDUR2T {
+				if err != nil || p.ch.Type != nvme.PDUC2HTermReq {
+					t.Fatalf("want R2T or C2HTermReq, got %+v, %v", p.ch, err)
+				}
+				if tr := nvme.DecodeTermReq(p.hdr); tr.FES != nvme.FESPDUSequenceError {
+					t.Fatalf("C2HTermReq FES %v", tr.FES)
+				}
+				h.expectClosed()
+				return
+			}
+		}
 		h.expectTermReq(nvme.FESPDUSequenceError, 0)
 	})
 	t.Run("before Connect completes", func(t *testing.T) {
@@ -248,19 +261,30 @@ func TestTeardownRacesCoreCompletingAwaitingRequest(t *testing.T) {
 	})
 }
 
-// Completing a request twice is a core bug: the transport panics rather
-// than send a second response for a CID the host may have reused.
-func TestQueueResponseTwicePanics(t *testing.T) {
+// Completing a request twice is a core bug, a broken invariant: the
+// transport never sends a second response for a CID the host may have
+// reused. With the invariants tag it panics; without, the connection is
+// closed and the violation counted.
+func TestQueueResponseTwiceIsAnInvariant(t *testing.T) {
 	opts := testOptions()
 	opts.EnsureDefaults()
-	q := newQueue(newMemConn(nil), newCoreSource(nil).factory, &opts)
+	conn := newMemConn(nil)
+	q := newQueue(conn, newCoreSource(nil).factory, &opts, nil)
+	q.start()
 	s := q.table.Load().slots[3]
 	s.setState(slotInCore)
 	q.inflight.Add(1)
 	q.QueueResponse(&s.req)
+	before := invariant.Violations()
 	defer func() {
-		if recover() == nil {
-			t.Fatal("second QueueResponse did not panic")
+		r := recover()
+		switch {
+		case invariant.Enabled && r == nil:
+			t.Fatal("second QueueResponse did not panic with the invariants tag")
+		case !invariant.Enabled && r != nil:
+			t.Fatalf("second QueueResponse panicked without the invariants tag: %v", r)
+		case !invariant.Enabled && (invariant.Violations() != before+1 || !conn.isClosed()):
+			t.Fatalf("violations %d -> %d, connection closed %v", before, invariant.Violations(), conn.isClosed())
 		}
 	}()
 	q.QueueResponse(&s.req)
@@ -287,6 +311,7 @@ func TestICReqTimeoutClosesConnection(t *testing.T) {
 	opts := testOptions()
 	opts.Clock = mc
 	opts.ICReqTimeout = 3 * time.Second
+	opts.ConnectTimeout = time.Minute
 	s := startServer(t, opts, nil)
 	h, core := s.dial(t)
 	mc.BlockUntil(1)
@@ -299,7 +324,7 @@ func TestICReqTimeoutClosesConnection(t *testing.T) {
 	h2, _ := s.dial(t) // an ICReq in time keeps the connection
 	mc.BlockUntil(1)
 	h2.icreq(0)
-	mc.Advance(time.Minute)
+	mc.Advance(time.Minute - time.Second) // within ConnectTimeout
 	h2.connect(0, 31, 0)
 }
 

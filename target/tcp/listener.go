@@ -20,11 +20,14 @@ const (
 
 // Listener accepts NVMe/TCP connections for one target port. Each
 // connection carries one NVMe queue (admin or I/O) and gets its own core
-// submission queue from Target.NewSQ.
+// submission queue from Target.NewSQ. Connections beyond the Budget's
+// limits are closed as soon as they are accepted; the handshake deadlines
+// of all connections are kept by one watchdog goroutine.
 type Listener struct {
 	ln      net.Listener
 	opts    Options
 	newCore coreFactory
+	wd      *watchdog
 
 	inShutdown atomic.Bool
 	done       chan struct{} // closed when shutting down; stops accept back-off
@@ -34,6 +37,7 @@ type Listener struct {
 		conns map[*queue]struct{}
 	}
 	conns sync.WaitGroup // one per connection goroutine
+	wdRun sync.WaitGroup // the watchdog goroutine (Serve starts it)
 }
 
 // Listen opens a TCP listener on addr for port of t. It does not accept
@@ -60,9 +64,14 @@ func listen(addr string, newCore coreFactory, opts Options) (*Listener, error) {
 // newListener wraps an open net.Listener; opts must be validated.
 func newListener(ln net.Listener, newCore coreFactory, opts Options) *Listener {
 	l := &Listener{ln: ln, opts: opts, newCore: newCore, done: make(chan struct{})}
+	l.wd = newWatchdog(opts.Clock, l.done)
 	l.mu.conns = make(map[*queue]struct{})
 	return l
 }
+
+// Budget returns the Budget the Listener counts its connections and
+// buffers in (Options.Budget), for its Stats.
+func (l *Listener) Budget() *Budget { return l.opts.Budget }
 
 // Addr returns the listening address.
 func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
@@ -73,6 +82,11 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 // the listener; after Shutdown or Close the error is ErrServerClosed.
 func (l *Listener) Serve() error {
 	defer l.ln.Close()
+	l.wdRun.Add(1)
+	go func() {
+		defer l.wdRun.Done()
+		l.wd.run()
+	}()
 	var delay time.Duration
 	for {
 		conn, err := l.ln.Accept()
@@ -109,29 +123,56 @@ func (l *Listener) sleep(d time.Duration) bool {
 	}
 }
 
-// serveConn starts the goroutine of a new connection and tracks it.
+// serveConn admits a new connection within the Budget's limits, starts its
+// goroutine with its ICReq deadline, and tracks it. A connection over a
+// limit is closed at once: nothing has been read from it, and NVMe/TCP has
+// no PDU that could refuse it before its ICReq.
 func (l *Listener) serveConn(conn net.Conn) {
+	b := l.opts.Budget
+	host := hostOf(conn)
+	if reason := b.admit(host); reason != admitted {
+		l.logRefused(conn, reason)
+		conn.Close()
+		return
+	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true) // PDUs are latency-bound; the sender batches itself
 	}
-	q := newQueue(conn, l.newCore, &l.opts)
+	q := newQueue(conn, l.newCore, &l.opts, l.wd)
 	l.mu.Lock()
 	if l.inShutdown.Load() {
 		l.mu.Unlock()
 		q.core.Release()
 		conn.Close()
+		b.leave(host)
 		return
 	}
 	l.mu.conns[q] = struct{}{}
 	l.conns.Add(1)
 	l.mu.Unlock()
+	l.wd.arm(q, phaseICReq, l.opts.ICReqTimeout)
 	go func() {
 		defer l.conns.Done()
 		q.serve()
 		l.mu.Lock()
 		delete(l.mu.conns, q)
 		l.mu.Unlock()
+		b.leave(host)
 	}()
+}
+
+// logRefused logs the first refusal and every 1000th after it (a flood of
+// connections must not flood the log; Stats counts them all).
+func (l *Listener) logRefused(conn net.Conn, reason rejectReason) {
+	s := l.opts.Budget.Stats()
+	n, limit, what := s.RejectedNodeLimit, l.opts.Budget.limits.MaxConnections, "connections on the node"
+	if reason == rejectedHostLimit {
+		n, limit, what = s.RejectedHostLimit, l.opts.Budget.limits.MaxConnectionsPerHost, "connections from the host"
+	}
+	if n%1000 == 1 {
+		l.opts.Logger.Warn("nvme/tcp: connection refused: too many "+what, "remote", conn.RemoteAddr().String(),
+			"limit", limit, "refused", n)
+	}
 }
 
 // Shutdown stops accepting, stops reading from every connection and waits
@@ -168,8 +209,14 @@ func (l *Listener) Close() error {
 	return nil
 }
 
-// Wait blocks until every connection goroutine has ended.
-func (l *Listener) Wait() { l.conns.Wait() }
+// Wait blocks until every connection goroutine has ended, and after
+// Shutdown or Close the watchdog's too.
+func (l *Listener) Wait() {
+	l.conns.Wait()
+	if l.inShutdown.Load() {
+		l.wdRun.Wait()
+	}
+}
 
 func (l *Listener) beginShutdown() {
 	l.inShutdown.Store(true)
@@ -181,6 +228,6 @@ func (l *Listener) closeConns() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for q := range l.mu.conns {
-		q.Close(ErrServerClosed)
+		q.forceClose(ErrServerClosed)
 	}
 }

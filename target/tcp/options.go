@@ -24,12 +24,24 @@ const (
 	// DefaultICReqTimeout is how long a new connection may take to send
 	// its ICReq: the Linux host itself waits 10 s for the ICResp.
 	DefaultICReqTimeout = 10 * time.Second
-	// DefaultReadBufferSize sizes the per-connection bufio.Reader: room
-	// for a burst of 32 capsules with 4 KiB of in-capsule data and more,
-	// so that one read takes a whole burst and one gathered write answers
-	// it (the sender is woken each time the buffer runs dry). Small next
-	// to the slots' data buffers (MDTS each).
+	// DefaultConnectTimeout is how long a connection may stay without a
+	// successful Connect after its ICResp: the Linux host sends the
+	// Connect at once and gives it its admin timeout.
+	DefaultConnectTimeout = 10 * time.Second
+	// DefaultH2CDataTimeout is how long the data an R2T asks for may take
+	// to arrive in full: the Linux host's I/O timeout (30 s), after which
+	// it gives up on the command anyway.
+	DefaultH2CDataTimeout = 30 * time.Second
+	// DefaultReadBufferSize sizes the read buffer of an I/O queue's
+	// connection: room for a burst of 32 capsules with 4 KiB of in-capsule
+	// data and more, so that one read takes a whole burst and one gathered
+	// write answers it (the sender is woken each time the buffer runs
+	// dry).
 	DefaultReadBufferSize = 256 << 10
+	// handshakeReadBufferSize is the read buffer of a connection from its
+	// ICReq until an I/O queue Connect (and of an admin queue for good):
+	// a capsule with 8 KiB of in-capsule data and a few more.
+	handshakeReadBufferSize = 16 << 10
 	// DefaultDrainTimeout bounds how long a closing connection waits for
 	// its last responses to be written before the socket is closed.
 	DefaultDrainTimeout = 5 * time.Second
@@ -41,7 +53,7 @@ type Options struct {
 	// Logger receives connection events and protocol violations.
 	// Default slog.Default().
 	Logger *slog.Logger
-	// Clock drives the ICReq timeout, accept back-off and drain timeout.
+	// Clock drives the timeouts and the accept back-off.
 	// Default clock.Real().
 	Clock clock.Clock
 	// MAXH2CDATA is announced in ICResp: the most data bytes per H2CData
@@ -54,12 +66,26 @@ type Options struct {
 	// ICReqTimeout is how long a connection may stay without a valid
 	// ICReq before it is closed. Default DefaultICReqTimeout.
 	ICReqTimeout time.Duration
+	// ConnectTimeout is how long a connection may stay without a
+	// successful Fabrics Connect after its ICResp before it is closed.
+	// Default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// H2CDataTimeout is how long the data an R2T asks for may take to
+	// arrive in full; then the connection is closed (the specification
+	// names no FES for it). Default DefaultH2CDataTimeout.
+	H2CDataTimeout time.Duration
 	// DrainTimeout bounds how long a closing connection keeps writing
 	// queued responses. Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
-	// ReadBufferSize is the size of each connection's read buffer in
-	// bytes. Default DefaultReadBufferSize; at least 4096.
+	// ReadBufferSize is the size of an I/O queue connection's read buffer
+	// in bytes, allocated once its Connect succeeded (before, and on admin
+	// queues, it is 16 KiB or ReadBufferSize if smaller). Default
+	// DefaultReadBufferSize; at least 4096.
 	ReadBufferSize int
+	// Budget holds the connection counts and data buffers of the node,
+	// within its Limits; share one among the node's Listeners. Default: a
+	// Budget of this Listener's own with the default Limits.
+	Budget *Budget
 	// DisableHeaderDigest and DisableDataDigest refuse hosts that ask for
 	// the digest: they receive a C2HTermReq with FES Unsupported Parameter
 	// pointing at ICReq DGST. By default both digests are allowed.
@@ -91,11 +117,20 @@ func (o *Options) EnsureDefaults() {
 	if o.ICReqTimeout == 0 {
 		o.ICReqTimeout = DefaultICReqTimeout
 	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.H2CDataTimeout == 0 {
+		o.H2CDataTimeout = DefaultH2CDataTimeout
+	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
 	if o.ReadBufferSize == 0 {
 		o.ReadBufferSize = DefaultReadBufferSize
+	}
+	if o.Budget == nil {
+		o.Budget, _ = NewBudget(Limits{}) // the default limits are valid
 	}
 }
 
@@ -106,8 +141,13 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("MAXH2CDATA %d: must be >= %d and a multiple of 4",
 			o.MAXH2CDATA, nvme.MinMaxH2CData))
 	}
-	if o.ICReqTimeout < 0 {
-		errs = append(errs, fmt.Errorf("ICReqTimeout %v: must be positive", o.ICReqTimeout))
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"ICReqTimeout", o.ICReqTimeout}, {"ConnectTimeout", o.ConnectTimeout}, {"H2CDataTimeout", o.H2CDataTimeout}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: must be positive", d.name, d.v))
+		}
 	}
 	if o.DrainTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DrainTimeout %v: must be positive", o.DrainTimeout))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"basalt/pkg/invariant"
 	"basalt/pkg/nvme"
 	"basalt/target"
 )
@@ -60,38 +61,44 @@ func (q *queue) receive() error {
 }
 
 // handshake reads the ICReq and answers with the ICResp (NVMe/TCP 1.0
-// §3.6.2.2–3.6.2.3). The sender goroutine writes nothing before the first
-// command, so this goroutine writes the ICResp (or TermReq) itself.
+// §3.6.2.2–3.6.2.3). The ICReq is read straight from the socket, exactly
+// its 128 bytes: nothing is allocated for a connection before it has sent
+// a valid one (start). This goroutine writes the ICResp (or TermReq)
+// itself, then starts the sender.
 func (q *queue) handshake() error {
-	if _, err := io.ReadFull(q.br, q.hdr[:nvme.CommonHeaderSize]); err != nil {
+	if _, err := io.ReadFull(q.conn, q.hdr[:nvme.CommonHeaderSize]); err != nil {
 		return fmt.Errorf("tcp: while reading ICReq: %w", err)
 	}
 	if v := validateICReqHeader(nvme.DecodeCommonHeader(q.hdr[:])); !v.ok() {
 		return q.failBeforeICResp(v, q.hdr[:nvme.CommonHeaderSize])
 	}
-	if _, err := io.ReadFull(q.br, q.hdr[nvme.CommonHeaderSize:nvme.ICReqSize]); err != nil {
+	if _, err := io.ReadFull(q.conn, q.hdr[nvme.CommonHeaderSize:nvme.ICReqSize]); err != nil {
 		return fmt.Errorf("tcp: while reading ICReq: %w", err)
 	}
 	req := nvme.DecodeICReq(q.hdr[:])
 	if v := validateICReq(req, q.opts); !v.ok() {
 		return q.failBeforeICResp(v, q.hdr[:nvme.ICReqSize])
 	}
+	// Once the host has the ICResp, the ICReq deadline must not close the
+	// connection: whichever of the two claims the phase first wins.
+	if !q.phase.CompareAndSwap(phaseICReq, phaseConnect) {
+		return ErrICReqTimeout
+	}
+	q.wd.arm(q, phaseConnect, q.opts.ConnectTimeout)
 	// MAXR2T needs no bookkeeping: one R2T per command is always within
 	// MAXR2T+1.
 	dgst := req.DGST & (nvme.DigestHeader | nvme.DigestData)
 	q.hpda = req.HPDA
 	q.hdgst = dgst&nvme.DigestHeader != 0
 	q.ddgst = dgst&nvme.DigestData != 0
-	q.params.hdgst, q.params.ddgst = q.hdgst, q.ddgst
-	// Close handshaken before the ICResp leaves: once the host has it, the
-	// ICReq timer must not close the connection. The sender has nothing
-	// to write before this goroutine queues something.
-	close(q.handshaken)
+	q.start()
 	var resp [nvme.ICReqSize]byte
 	nvme.ICResp{PFV: 0, CPDA: 0, DGST: dgst, MAXH2CDATA: q.opts.MAXH2CDATA}.Encode(resp[:])
 	if _, err := q.conn.Write(resp[:]); err != nil {
+		close(q.senderDone) // no sender to wait for
 		return fmt.Errorf("tcp: while writing ICResp: %w", err)
 	}
+	go q.sendLoop()
 	return nil
 }
 
@@ -149,6 +156,12 @@ func (q *queue) discard(n int) error {
 
 // receivePDU reads one PDU header (recvPDU) and dispatches it.
 func (q *queue) receivePDU() error {
+	if !q.grown {
+		q.maybeGrow() // a Connect that completed inline
+	}
+	if q.bigRead {
+		q.growReadBuffer()
+	}
 	if err := q.readFull(q.hdr[:nvme.CommonHeaderSize]); err != nil {
 		return err
 	}
@@ -186,7 +199,7 @@ func (q *queue) receivePDU() error {
 	case nvme.PDUH2CTermReq:
 		return q.receiveTermReq()
 	}
-	panic(fmt.Sprintf("tcp: validated PDU type %v has no handler", q.ch.Type))
+	return invariant.Failf("tcp: validated PDU type %v has no handler", q.ch.Type)
 }
 
 // receiveData reads the current PDU's data (recvData).
@@ -224,8 +237,7 @@ func (q *queue) dataDone() error {
 	s := q.cur
 	q.cur, q.dst = nil, nil
 	if q.ch.Type == nvme.PDUCapsuleCmd {
-		q.startCommand(s)
-		return nil
+		return q.startCommand(s)
 	}
 	// The swap fails only if the core completed the request on its own
 	// while it waited for data; then there is nothing to execute.
@@ -264,19 +276,20 @@ func (q *queue) receiveCapsule() error {
 	r := &s.req
 	copy(r.Cmd[:], sqe)
 	r.Cpl = nvme.Completion{}
-	r.Data = s.buf // not a buffer lent the last time (startLent)
+	r.Data = nil
 	r.Dir, r.TransferLen, r.DataLen = target.DirNone, 0, 0
 	s.local, s.icdLen, s.h2cOffset = false, q.layout.dataLen, 0
 	switch {
 	case s.icdLen == 0:
-		q.startCommand(s)
-		return nil
+		return q.startCommand(s)
 	case !q.layout.ddgst && q.br.Buffered() >= int(s.icdLen):
 		return q.startLent(s)
 	}
 	// The header check bounded dataLen by maxICD, which never exceeds
 	// the buffer size.
-	q.ensureBuffer(s)
+	if err := q.readBuffer(s, int(s.icdLen)); err != nil {
+		return err
+	}
 	q.cur, q.dst = s, s.buf[:s.icdLen]
 	q.rstate = recvData
 	return nil
@@ -292,59 +305,91 @@ func (q *queue) startLent(s *slot) error {
 		return err // cannot happen: the caller checked Buffered
 	}
 	q.lent = data[:len(data):len(data)]
-	q.startCommand(s)
+	err = q.startCommand(s)
 	q.lent = nil
+	if err != nil {
+		return err
+	}
 	_, err = q.br.Discard(len(data))
 	return err
 }
 
-// placeLent puts the lent in-capsule data of s, if any, where Execute reads
-// it: lent in place when the core executes the command inline (it is done
-// with the data when Execute returns, before startLent consumes it), copied
-// into the slot buffer otherwise.
-func (q *queue) placeLent(s *slot) {
-	switch {
-	case q.lent == nil:
-	case q.core.ExecutesInline(&s.req):
-		s.req.Data = q.lent
-	default:
-		copy(s.buf, q.lent)
+// placeLent puts the lent in-capsule data of s where Execute reads it:
+// lent in place when the core executes the command inline (it is done with
+// the data when Execute returns, before startLent consumes it), copied into
+// a read buffer otherwise.
+func (q *queue) placeLent(s *slot) error {
+	if q.core.ExecutesInline(&s.req) {
+		return nil // r.Data is q.lent already
 	}
+	if err := q.readBuffer(s, len(q.lent)); err != nil {
+		return err
+	}
+	copy(s.buf, q.lent)
+	return nil
 }
 
 // startCommand runs the transport checks and hands the command to the core:
-// Execute at once, or after the host data requested by an R2T.
-func (q *queue) startCommand(s *slot) {
+// Execute at once (a read once it has a read buffer), or, for data the
+// host sends by R2T, once the write budget has room for its buffer and the
+// data has arrived. An error ends the connection; the command has then
+// been completed.
+func (q *queue) startCommand(s *slot) error {
 	r := &s.req
 	if st := checkICD(&r.Cmd, s.icdLen); !st.Success() {
 		q.completeLocal(s, st)
-		return
+		return nil
 	}
-	// Init checks the transfer against cap(r.Data): attach the buffer
-	// first when the host announces data.
-	if r.Cmd.SGLLength() > 0 {
-		q.ensureBuffer(s)
+	// Init checks the transfer against cap(r.Data): the in-capsule data,
+	// or a scratch slice as large as any buffer of the queue until Init
+	// says which way the data goes.
+	switch {
+	case q.lent != nil:
+		r.Data = q.lent
+	case s.icdLen > 0: // in s.buf
+	case r.Cmd.SGLLength() > 0:
+		r.Data = q.pool.scratchFor(q.bufferSize())
 	}
 	s.setState(slotInCore)
 	if !q.core.Init(r) {
-		return // the core completed it
+		return nil // the core completed it
 	}
-	if st := checkAfterInit(r, s.icdLen); !st.Success() {
-		q.log.Error("nvme/tcp: core accepted a command the transport cannot move",
-			"cid", r.Cmd.CID(), "dir", r.Dir, "len", r.TransferLen, "icd", s.icdLen, "buf", len(r.Data))
-		q.completeLocal(s, st)
-		return
+	if err := checkAfterInit(r, s.icdLen, q.bufferSize()); err != nil {
+		q.core.Abort(r, nvme.StatusInternalError)
+		return nil
 	}
-	if r.Dir == target.DirH2C && s.icdLen == 0 && r.TransferLen > 0 {
-		// One R2T for the whole transfer, as nvmet and SPDK do; the host
-		// splits it into H2CData PDUs of at most MAXH2CDATA bytes.
+	var err error
+	switch {
+	case r.Dir == target.DirH2C && s.icdLen == 0 && r.TransferLen > 0:
+		return q.startR2T(s)
+	case r.Dir == target.DirC2H && r.TransferLen > 0:
+		err = q.readBuffer(s, int(r.TransferLen))
+	case q.lent != nil:
+		err = q.placeLent(s)
+	}
+	if err != nil {
+		q.core.Abort(r, nvme.StatusAbortSQDeletion)
+		return err
+	}
+	q.core.Execute(r)
+	return nil
+}
+
+// startR2T asks the host for the data of s with one R2T for the whole
+// transfer, as nvmet and SPDK do (the host splits it into H2CData PDUs of
+// at most MAXH2CDATA bytes), once the write budgets have room for its
+// buffer: until then s waits in the pool, holding nothing but its slot.
+func (q *queue) startR2T(s *slot) error {
+	ok, err := q.pool.tryWrite(s, q.ctrl, int(s.req.TransferLen))
+	switch {
+	case err != nil:
+		q.core.Abort(&s.req, nvme.StatusInternalError)
+	case ok:
 		s.setState(slotR2TQueued)
 		s.kind = sendR2T
 		q.push(s)
-		return
 	}
-	q.placeLent(s)
-	q.core.Execute(r)
+	return nil
 }
 
 // receiveH2CData validates an H2CData header against the command it names.

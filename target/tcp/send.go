@@ -2,7 +2,9 @@ package tcp
 
 import (
 	"net"
+	"time"
 
+	"basalt/pkg/clock"
 	"basalt/pkg/nvme"
 	"basalt/target"
 )
@@ -33,9 +35,16 @@ type sender struct {
 	off       int // arena bytes used in this batch
 	arenaIov  int // index of the iov entry ending at arena[off], or -1
 	toRelease []*slot
+	held      []heldBuffer // scratch for queue.release
 	// dead is set once nothing more may be written: a write failed or a
-	// C2HTermReq was sent.
-	dead bool
+	// C2HTermReq was sent. termDone is set once a C2HTermReq was taken
+	// (termSent is closed).
+	dead, termDone bool
+	// h2cTimer fires when the oldest outstanding R2T may have waited
+	// H2CDataTimeout for its data (h2cArmed: it is running). Made with the
+	// first R2T.
+	h2cTimer clock.Timer
+	h2cArmed bool
 	// writes counts the gathered writes issued, inlineBatches the send
 	// lists a worker wrote itself (read by tests once the sender has
 	// exited).
@@ -58,28 +67,40 @@ func (w *sender) init(q *queue) {
 	w.arena = make([]byte, senderArenaSize)
 	w.arenaIov = -1
 	w.toRelease = make([]*slot, 0, 64)
-}
-
-// sendLoop is the send goroutine. Before the handshake it only enforces the
-// ICReq timeout; then it writes what the receiver and the core queue, until
-// teardown closes stopSender.
-func (q *queue) sendLoop() {
-	defer close(q.senderDone)
-	if !q.waitHandshake() {
-		<-q.stopSender
-		return
-	}
-	w := &q.send
-	q.sendMu.Lock()
+	w.held = make([]heldBuffer, 0, 64)
 	w.hdgst, w.ddgst = q.hdgst, q.ddgst
 	w.pdoAlign = (int(q.hpda) + 1) * 4
-	q.sendMu.Unlock()
+}
+
+// sendLoop is the send goroutine, started once the ICResp is written. It
+// writes what the receiver and the core queue, and enforces
+// H2CDataTimeout, until teardown closes stopSender.
+func (q *queue) sendLoop() {
+	defer close(q.senderDone)
+	w := &q.send
+	defer func() {
+		q.sendMu.Lock()
+		if w.h2cTimer != nil {
+			w.h2cTimer.Stop()
+		}
+		q.sendMu.Unlock()
+	}()
 	q.sendReady.Store(true)
 	for {
+		var h2c <-chan time.Time
+		q.sendMu.Lock()
+		if w.h2cTimer != nil {
+			h2c = w.h2cTimer.C()
+		}
+		q.sendMu.Unlock()
 		select {
 		case <-q.respReady:
 			q.sendMu.Lock()
 			w.sendBatch()
+			q.sendMu.Unlock()
+		case <-h2c:
+			q.sendMu.Lock()
+			w.checkH2CData()
 			q.sendMu.Unlock()
 		case <-q.stopSender:
 			q.sendMu.Lock()
@@ -90,32 +111,50 @@ func (q *queue) sendLoop() {
 	}
 }
 
-// waitHandshake waits for the ICResp to be written. A connection without a
-// valid ICReq within ICReqTimeout is closed (the receiver then fails).
-func (q *queue) waitHandshake() bool {
-	t := q.opts.Clock.NewTimer(q.opts.ICReqTimeout)
-	defer t.Stop()
-	stopped := false
-	select {
-	case <-q.handshaken:
-		return true
-	case <-q.stopSender:
-		stopped = true
-	case <-t.C():
+// armH2C starts the H2C data timer for an R2T emitted now, unless it runs
+// already (for an older R2T). The first time it makes the timer and wakes
+// the send goroutine, which may be waiting without it.
+func (w *sender) armH2C() {
+	if w.h2cArmed {
+		return
 	}
-	// A handshake that completed just before teardown or the timer still
-	// counts: its TermReq or responses must be written.
-	select {
-	case <-q.handshaken:
-		return true
-	default:
+	w.h2cArmed = true
+	if w.h2cTimer == nil {
+		w.h2cTimer = w.q.opts.Clock.NewTimer(w.q.opts.H2CDataTimeout)
+		notify(w.q.respReady)
+		return
 	}
-	if stopped {
-		return false
+	w.h2cTimer.Reset(w.q.opts.H2CDataTimeout)
+}
+
+// checkH2CData runs when the H2C data timer fires: if a slot has waited
+// for its data H2CDataTimeout since its R2T, the connection is closed
+// (the specification names no FES for it); otherwise the timer is set for
+// the oldest outstanding R2T.
+func (w *sender) checkH2CData() {
+	q := w.q
+	w.h2cArmed = false
+	now := q.opts.Clock.Now()
+	var oldest time.Time
+	for _, s := range q.table.Load().slots {
+		if s.loadState() != slotAwaitingData {
+			continue
+		}
+		if now.Sub(s.r2tAt) >= q.opts.H2CDataTimeout {
+			q.budget.stats.h2cDataTimeouts.Add(1)
+			q.log.Warn("nvme/tcp: H2C data not received in time; closing", "cid", s.req.Cmd.CID(),
+				"ttag", s.index, "received", s.h2cOffset, "of", s.req.TransferLen, "timeout", q.opts.H2CDataTimeout)
+			q.forceClose(ErrH2CDataTimeout)
+			return
+		}
+		if oldest.IsZero() || s.r2tAt.Before(oldest) {
+			oldest = s.r2tAt
+		}
 	}
-	q.log.Warn("nvme/tcp: no ICReq in time; closing", "timeout", q.opts.ICReqTimeout)
-	q.conn.Close()
-	return false
+	if !oldest.IsZero() {
+		w.h2cArmed = true
+		w.h2cTimer.Reset(q.opts.H2CDataTimeout - now.Sub(oldest))
+	}
 }
 
 // sendBatch writes everything queued so far, then a pending C2HTermReq.
@@ -138,18 +177,33 @@ func (w *sender) sendBatch() {
 		s = next
 	}
 	w.flush()
-	if term != nil && !w.dead {
+	if term == nil {
+		return
+	}
+	if !w.dead {
 		w.dead = true
-		q.conn.Write(term) // best effort: the connection ends either way
+		q.conn.Write(term) // best effort: the connection ends either way // best effort: the connection ends either way
 		if c, ok := q.conn.(interface{ CloseWrite() error }); ok {
 			c.CloseWrite()
 		}
 	}
+	if !w.termDone {
+		w.termDone = true
+		close(q.termSent)
+	}
 }
 
 // emitR2T asks the host for the whole transfer (R2TO 0, R2TL TransferLen),
-// tagged with the slot index (NVMe/TCP 1.0 §3.6.2.8).
+// tagged with the slot index (NVMe/TCP 1.0 §3.6.2.8). Once teardown has
+// begun the request is aborted instead: nobody will read its data.
 func (w *sender) emitR2T(s *slot) {
+	q := w.q
+	if q.down.Load() {
+		if s.swapState(slotR2TQueued, slotInCore) {
+			q.core.Abort(&s.req, nvme.StatusAbortSQDeletion)
+		}
+		return
+	}
 	r := &s.req
 	hlen := nvme.DataHLEN
 	var flags uint8
@@ -160,9 +214,15 @@ func (w *sender) emitR2T(s *slot) {
 	w.reserve(hlen, 1)
 	nvme.EncodeDataHeader(w.header(hlen), nvme.PDUR2T, flags, 0, uint32(hlen),
 		nvme.DataHeader{CCCID: r.Cmd.CID(), TTAG: s.index, DATAO: 0, DATAL: r.TransferLen})
-	// From here the receiver accepts H2CData for the slot. (The swap fails
-	// only if teardown abandoned the slot; the R2T then goes nowhere.)
+	s.r2tAt = q.opts.Clock.Now()
+	w.armH2C()
+	// From here the receiver accepts H2CData for the slot. If teardown
+	// began meanwhile, its scan of the slots may have missed this one:
+	// whichever of the two swaps it out of awaiting-data aborts it.
 	s.swapState(slotR2TQueued, slotAwaitingData)
+	if q.down.Load() && s.swapState(slotAwaitingData, slotInCore) {
+		q.core.Abort(&s.req, nvme.StatusAbortSQDeletion)
+	}
 }
 
 // emitResponse writes a completed command: C2HData PDUs for a successful
@@ -287,7 +347,7 @@ func (w *sender) flush() {
 	}
 	w.iov = w.iovBase[:0]
 	w.off, w.arenaIov = 0, -1
-	w.q.release(w.toRelease)
+	w.held = w.q.release(w.toRelease, w.held)
 	clear(w.toRelease)
 	w.toRelease = w.toRelease[:0]
 }

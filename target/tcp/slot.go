@@ -3,7 +3,9 @@ package tcp
 import (
 	"fmt"
 	"sync/atomic"
+	"time"
 
+	"basalt/pkg/invariant"
 	"basalt/pkg/nvme"
 	"basalt/target"
 )
@@ -12,15 +14,20 @@ import (
 //
 //	slotFree ─acquire─▶ slotReceiving ─Init─▶ slotInCore ─QueueResponse─▶ slotSending ─written─▶ slotFree
 //	                          │                     ▲
-//	                          └─▶ slotR2TQueued ─R2T emitted─▶ slotAwaitingData ─last H2CData─┘
+//	                          ├──────────────▶ slotR2TQueued ─R2T emitted─▶ slotAwaitingData ─last H2CData─┘
+//	                          └▶ slotWaitingBudget ─granted─┘
 //
 // The receive goroutine owns slotReceiving and slotAwaitingData, the send
-// goroutine slotR2TQueued and slotSending, the core slotInCore. H2CData is
+// goroutine slotR2TQueued and slotSending, the core slotInCore, the
+// Budget's pool slotWaitingBudget (a write whose buffer does not fit the
+// write budget yet: it holds no buffer and has had no R2T). H2CData is
 // accepted only in slotAwaitingData, which the sender enters after it is
 // done with the slot's list links: a host that sends data before the R2T
 // cannot make the slot be queued twice. The state is atomic because
-// teardown and QueueResponse may race for the receiver's states (a core that
-// fails Init'd requests on Release): whoever swaps first wins.
+// teardown, the sender and QueueResponse may race for the receiver's
+// states (a core that fails Init'd requests on Release; a teardown
+// aborting a request whose R2T the sender is emitting): whoever swaps
+// first wins.
 type slotState uint32
 
 const (
@@ -30,9 +37,10 @@ const (
 	slotAwaitingData
 	slotInCore
 	slotSending
+	slotWaitingBudget
 )
 
-var slotStateNames = [...]string{"free", "receiving", "r2t-queued", "awaiting-data", "in-core", "sending"}
+var slotStateNames = [...]string{"free", "receiving", "r2t-queued", "awaiting-data", "in-core", "sending", "waiting-budget"}
 
 func (s slotState) String() string {
 	if int(s) < len(slotStateNames) {
@@ -55,11 +63,31 @@ type slot struct {
 	req   target.Request
 	state atomic.Uint32 // slotState
 	index uint16
+	q     *queue
 
 	// Receive-goroutine fields.
 	icdLen    uint32 // in-capsule data bytes in the command's PDU
 	h2cOffset uint32 // next expected H2CData DATAO
-	buf       []byte // data buffer, allocated on first use
+
+	// The data buffer, from the Budget (buffers.go), and what it is
+	// charged to; set by whoever owns the slot when it gets one, cleared
+	// when it is given back (queue.attach, queue.detach).
+	buf     []byte
+	bufKind bufferKind
+	bufCtrl *ctrlBudget
+
+	// Write-budget waiter fields, protected by the pool's lock while the
+	// slot is in slotWaitingBudget: its place in the FIFO, the buffer
+	// size and controller it waits for, and the buffer a grant took for
+	// it from the free lists.
+	wnext *slot
+	wsize int
+	wctrl *ctrlBudget
+	wbuf  []byte
+
+	// r2tAt is when the sender emitted the slot's R2T (H2CDataTimeout);
+	// guarded by queue.sendMu.
+	r2tAt time.Time
 
 	// Set by whoever queues the slot for the sender (under queue.mu).
 	kind sendKind
@@ -90,8 +118,9 @@ type slotTable struct {
 // maxSlots is the largest slot count: TTAG is 16 bits wide.
 const maxSlots = 1 << 16
 
-// grow returns a table with n slots (n > len(t.slots)) and the new slots.
-func (t *slotTable) grow(n int) (*slotTable, []*slot) {
+// grow returns a table with n slots (n > len(t.slots)) and the new slots,
+// which belong to q.
+func (t *slotTable) grow(q *queue, n int) (*slotTable, []*slot) {
 	if n > maxSlots {
 		n = maxSlots
 	}
@@ -102,7 +131,7 @@ func (t *slotTable) grow(n int) (*slotTable, []*slot) {
 	next := &slotTable{slots: make([]*slot, n)}
 	copy(next.slots, t.slots)
 	for i := old; i < n; i++ {
-		s := &slot{index: uint16(i)}
+		s := &slot{index: uint16(i), q: q}
 		s.req.Slot = i
 		next.slots[i] = s
 	}
@@ -150,17 +179,19 @@ func checkICD(cmd *nvme.Command, icd uint32) nvme.Status {
 	return nvme.StatusSuccess
 }
 
-// checkAfterInit is a defensive check of what Init decided against what the
-// transport holds; the core already validates both, so a failure here means
-// a core bug, answered with Internal Error instead of a panic:
+// checkAfterInit checks what Init decided against what the transport can
+// move; the core already validates both, so a failure is a broken
+// invariant (the caller fails the one command with Internal Error):
 //   - in-capsule data belongs to a command that writes exactly that much;
-//   - the transfer fits the data buffer.
-func checkAfterInit(r *target.Request, icd uint32) nvme.Status {
+//   - the transfer fits the largest buffer of the queue (maxBuf).
+func checkAfterInit(r *target.Request, icd uint32, maxBuf int) error {
 	if icd > 0 && (r.Dir != target.DirH2C || r.TransferLen != icd) {
-		return nvme.StatusInternalError
+		return invariant.Failf("tcp: CID %#x: %d bytes of in-capsule data, core expects %v of %d",
+			r.Cmd.CID(), icd, r.Dir, r.TransferLen)
 	}
-	if uint64(r.TransferLen) > uint64(len(r.Data)) {
-		return nvme.StatusInternalError
+	if uint64(r.TransferLen) > uint64(maxBuf) {
+		return invariant.Failf("tcp: CID %#x: transfer of %d bytes, buffers of at most %d",
+			r.Cmd.CID(), r.TransferLen, maxBuf)
 	}
-	return nvme.StatusSuccess
+	return nil
 }
