@@ -56,11 +56,20 @@ import (
 // with Options.Stamp), so an interrupted bootstrap or adoption leaves stamps
 // that agree, and the next start finishes it.
 var (
+	// ErrLostRaftState: the Raft log has no metadata group beside
+	// metadata or drives that hold state.
 	ErrLostRaftState = errors.New("node: this node's Raft state was lost")
-	ErrLostMetadata  = errors.New("node: this node's metadata was lost")
-	ErrForeignState  = errors.New("node: this node's state belongs to another node or cluster")
-	ErrNoState       = errors.New("node: this node has no cluster state and cluster.bootstrap is false")
-	ErrUnstamped     = errors.New("node: this node's state predates identity stamps")
+	// ErrLostMetadata: the Raft log was compacted past what the metadata
+	// has applied, or the drives hold a store the metadata has no record of.
+	ErrLostMetadata = errors.New("node: this node's metadata was lost")
+	// ErrForeignState: two stores of state, or a store and
+	// cluster.initial_cluster_id, name different clusters or nodes.
+	ErrForeignState = errors.New("node: this node's state belongs to another node or cluster")
+	// ErrNoState: an empty node without cluster.bootstrap.
+	ErrNoState = errors.New("node: this node has no cluster state and cluster.bootstrap is false")
+	// ErrUnstamped: state from before identity stamps, and no
+	// cluster.initial_cluster_id to adopt them with.
+	ErrUnstamped = errors.New("node: this node's state predates identity stamps")
 )
 
 // startUnstamped is a test hook: the node checks nothing and stamps nothing,
