@@ -11,6 +11,15 @@
 //	advertise = "10.0.2.2:4420"    # address hosts are told to use (discovery log)
 //	port_id = 1
 //	discovery_listen = ""          # optional extra discovery-only listener (":8009")
+//	max_connections = 4096         # limits (nvme.go); these are the defaults
+//	max_connections_per_host = 1024
+//	icreq_timeout = "10s"
+//	connect_timeout = "10s"
+//	h2c_data_timeout = "30s"
+//	max_write_bytes = "256MiB"
+//	max_controller_write_bytes = "32MiB"
+//	max_read_bytes = "256MiB"
+//	drain_timeout = "5s"
 //
 //	[[subsystem]]
 //	nqn = "nqn.2026-11.io.basalt:vol1"
@@ -92,6 +101,9 @@ type NVMe struct {
 	// cluster node_id*0x1000+1 .. node_id*0x1000+0xFFF.
 	CNTLIDMin uint16 `toml:"cntlid_min"`
 	CNTLIDMax uint16 `toml:"cntlid_max"`
+	// NVMeLimits bound what hosts can make this node hold (nvme.go:
+	// defaults and ranges; the transport's tcp.Limits and Options).
+	NVMeLimits
 }
 
 // Subsystem is one NVM subsystem.
@@ -202,6 +214,7 @@ func (c *Config) EnsureDefaults() {
 	if c.NVMe.CNTLIDMax == 0 {
 		c.NVMe.CNTLIDMax = 0xFFEF
 	}
+	c.NVMe.NVMeLimits.ensureDefaults()
 	for i := range c.Subsystems {
 		s := &c.Subsystems[i]
 		if s.Model == "" {
@@ -234,6 +247,7 @@ func (c *Config) Validate() error {
 	if c.NVMe.CNTLIDMin > c.NVMe.CNTLIDMax || c.NVMe.CNTLIDMax > 0xFFEF {
 		errs = append(errs, fmt.Errorf("nvme.cntlid_min/max %d..%d: want 1 <= min <= max <= 65519", c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax))
 	}
+	errs = append(errs, c.NVMe.NVMeLimits.validate()...)
 	seen := map[string]bool{}
 	for i, s := range c.Subsystems {
 		errs = append(errs, s.validate(i, seen, c.Store != nil)...)

@@ -30,6 +30,9 @@
 //	basalt_write_buffer_{size,used}_bytes    write-buffer fill; _records
 //	basalt_drive_{up,reads_total,writes_total,errors_total}{drive,state}
 //	basalt_nvme_*                            controllers, queues, commands, errors
+//	basalt_nvme_tcp_*                        connections (open, accepted, rejected
+//	                                         by reason), timeouts by phase, data
+//	                                         buffers held and waits (transport.go)
 //	basalt_invariant_violations_total        broken internal invariants contained
 //	                                         (pkg/invariant; anything but 0 is a bug)
 package metrics

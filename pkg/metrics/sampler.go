@@ -8,6 +8,7 @@ import (
 
 	"basalt/pkg/cluster"
 	"basalt/target"
+	"basalt/target/tcp"
 )
 
 // Sources are sampled at every scrape; nil ones are skipped.
@@ -15,6 +16,8 @@ type Sources struct {
 	Cluster func() cluster.LocalStatus
 	Store   func() StoreSample
 	Target  func() target.Stats
+	// Transport is the NVMe/TCP transport's Budget.Stats (transport.go).
+	Transport func() tcp.Stats
 }
 
 // StoreSample is what the metrics show of the log-structured store
@@ -76,6 +79,9 @@ func (s *sampler) Collect(ch chan<- prometheus.Metric) {
 	}
 	if s.src.Target != nil {
 		e.target(s.src.Target())
+	}
+	if s.src.Transport != nil {
+		e.transport(s.src.Transport())
 	}
 }
 
