@@ -194,8 +194,8 @@ func (p *bufferPool) evictLocked() {
 
 // tryRead charges a read buffer of n bytes to q's slot s and attaches it.
 // When the read budget has no room (or others wait before it), q is queued
-// and false returned: the buffer comes later through q.readGrant (see
-// queue.waitReadBuffer).
+// and false returned: the buffer comes through q.readGrant (see
+// queue.readBuffer), perhaps at once.
 func (p *bufferPool) tryRead(q *queue, s *slot, n int) (bool, error) {
 	c := classOf(n)
 	if c < 0 {
@@ -206,7 +206,9 @@ func (p *bufferPool) tryRead(q *queue, s *slot, n int) (bool, error) {
 	if p.mu.readWaiters.head != nil || !p.mu.read.fits(size) {
 		q.rwait = readWait{size: int(size), waiting: true}
 		p.mu.readWaiters.push(q)
+		g := p.grantLocked()
 		p.mu.Unlock()
+		g.deliver(p)
 		return false, nil
 	}
 	p.mu.read.used += size

@@ -143,7 +143,7 @@ func (w *sender) checkH2CData() {
 		if now.Sub(s.r2tAt) >= q.opts.H2CDataTimeout {
 			q.budget.stats.h2cDataTimeouts.Add(1)
 			q.log.Warn("nvme/tcp: H2C data not received in time; closing", "cid", s.req.Cmd.CID(),
-				"ttag", s.index, "received", s.h2cOffset, "of", s.req.TransferLen, "timeout", q.opts.H2CDataTimeout)
+				"ttag", s.index, "len", s.req.TransferLen, "timeout", q.opts.H2CDataTimeout)
 			q.forceClose(ErrH2CDataTimeout)
 			return
 		}
