@@ -47,6 +47,10 @@ type fakeCore struct {
 	diskSize uint64
 	// hold, when set, blocks every Execute until the channel is closed.
 	hold atomic.Pointer[chan struct{}]
+	// stall, when set, makes Execute itself wait until the channel is
+	// closed, on the receive goroutine (a backend that makes its caller
+	// wait).
+	stall atomic.Pointer[chan struct{}]
 
 	// completeOnRelease makes Release complete the last request that was
 	// Init'd but not executed (a core that fails in-flight requests).
@@ -199,6 +203,9 @@ func (c *fakeCore) Init(r *target.Request) bool {
 }
 
 func (c *fakeCore) Execute(r *target.Request) {
+	if st := c.stall.Load(); st != nil {
+		<-*st
+	}
 	n := c.executed.Add(1)
 	c.pending.CompareAndSwap(r, nil)
 	hold := c.hold.Load()

@@ -196,6 +196,46 @@ func TestH2CDataTimeoutClosesConnection(t *testing.T) {
 	}
 }
 
+// The host is late with H2C data only while the receiver waits for its
+// input: data that arrived while the receiver was held up elsewhere (here
+// a backend that makes Execute wait) does not time the connection out.
+func TestH2CDataTimeoutSparesAStalledReceiver(t *testing.T) {
+	checkNoGoroutineLeaks(t)
+	mc := clock.NewManual(time.Unix(0, 0))
+	opts := budgetOptions(t, Limits{})
+	opts.Clock = mc
+	opts.H2CDataTimeout = 30 * time.Second
+	s := startServer(t, opts, nil)
+	h, core := s.dial(t)
+	h.icreq(0)
+	h.connect(1, 31, 0)
+	w := rwCmd(h, nvme.IOWrite, 0, 64, nvme.SGLTransportDataBlock)
+	h.sendCapsule(&w, nil)
+	r2t := h.expectR2T(w.CID())
+	stall := make(chan struct{})
+	core.stall.Store(&stall)
+	f := h.cmd(nvme.IOFlush, 0, nvme.SGLTransportDataBlock)
+	h.sendCapsule(&f, nil)
+	data := pattern(64*fakeBlockSize, 4)
+	h.write(h.h2cData(w.CID(), r2t.TTAG, 0, data, true)) // arrives while Execute waits
+	waitFor(t, func() bool { return !s.onlyQueue(t).awaitingInput.Load() })
+	mc.Advance(30 * time.Second)
+	for range 10 { // each check finds the receiver stalled and looks again 3 s later
+		mc.BlockUntil(1)
+		mc.Advance(3 * time.Second)
+	}
+	mc.BlockUntil(1)
+	if n := s.l.Budget().Stats().H2CDataTimeouts; n != 0 {
+		t.Fatalf("%d H2C data timeouts while the receiver was stalled", n)
+	}
+	core.stall.Store(nil)
+	close(stall)
+	h.expectResp(f.CID())
+	if cpl := h.expectResp(w.CID()); !cpl.Status.Success() {
+		t.Fatalf("write: %v", cpl.Status)
+	}
+}
+
 // Writes beyond the node's write budget get their R2T only when an
 // earlier write's buffer is back; meanwhile they hold no buffer. All
 // complete with their data.

@@ -148,14 +148,17 @@ type queue struct {
 	// receiver itself, executing inline) do not wake the sender: the
 	// receiver does, once, before it can next block (recvIdle), so that
 	// one wake-up and one gathered write serve a whole burst of commands.
-	recvBusy     atomic.Bool
-	respReady    chan struct{} // capacity 1: the send list is non-empty
-	slotReleased chan struct{} // capacity 1: mu.released is non-empty
-	stopSender   chan struct{} // closed by teardown: drain and exit
-	senderDone   chan struct{}
-	termSent     chan struct{} // closed once the sender has consumed a C2HTermReq
-	closing      chan struct{} // closed by Close
-	closeOnce    sync.Once
+	recvBusy atomic.Bool
+	// awaitingInput is set while the receiver may block reading the
+	// socket: it has read everything the host sent so far.
+	awaitingInput atomic.Bool
+	respReady     chan struct{} // capacity 1: the send list is non-empty
+	slotReleased  chan struct{} // capacity 1: mu.released is non-empty
+	stopSender    chan struct{} // closed by teardown: drain and exit
+	senderDone    chan struct{}
+	termSent      chan struct{} // closed once the sender has consumed a C2HTermReq
+	closing       chan struct{} // closed by Close
+	closeOnce     sync.Once
 	// down is set when teardown starts: from then on a completion for a
 	// slot teardown abandoned is dropped instead of treated as a bug, and
 	// R2Ts still queued are aborted instead of sent.

@@ -130,14 +130,17 @@ func (q *queue) fail(v violation, offending []byte) error {
 // readFull reads len(p) bytes of the stream. A read the buffer cannot
 // satisfy may block, so the receiver first goes idle (recvIdle); once it
 // returns, the receiver is busy again and completions stop waking the
-// sender until the next recvIdle.
+// sender until the next recvIdle. While it may block it is awaiting input:
+// only then can the host be late with H2C data (checkH2CData).
 func (q *queue) readFull(p []byte) error {
 	if q.br.Buffered() >= len(p) {
 		_, err := io.ReadFull(q.br, p)
 		return err
 	}
 	q.recvIdle()
+	q.awaitingInput.Store(true)
 	_, err := io.ReadFull(q.br, p)
+	q.awaitingInput.Store(false)
 	q.recvBusy.Store(true)
 	return err
 }
@@ -149,7 +152,9 @@ func (q *queue) discard(n int) error {
 		return err
 	}
 	q.recvIdle()
+	q.awaitingInput.Store(true)
 	_, err := q.br.Discard(n)
+	q.awaitingInput.Store(false)
 	q.recvBusy.Store(true)
 	return err
 }

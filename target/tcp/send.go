@@ -130,30 +130,34 @@ func (w *sender) armH2C() {
 // checkH2CData runs when the H2C data timer fires: if a slot has waited
 // for its data H2CDataTimeout since its R2T, the connection is closed
 // (the specification names no FES for it); otherwise the timer is set for
-// the oldest outstanding R2T.
+// the oldest outstanding R2T. The host is late only if the receiver is
+// waiting for its input: one stalled elsewhere (a backend that makes
+// Execute wait, a full read budget) may not have read data that is there,
+// so the check is made again a tenth of the timeout later.
 func (w *sender) checkH2CData() {
 	q := w.q
 	w.h2cArmed = false
 	now := q.opts.Clock.Now()
-	var oldest time.Time
+	var oldest *slot
 	for _, s := range q.table.Load().slots {
-		if s.loadState() != slotAwaitingData {
-			continue
-		}
-		if now.Sub(s.r2tAt) >= q.opts.H2CDataTimeout {
-			q.budget.stats.h2cDataTimeouts.Add(1)
-			q.log.Warn("nvme/tcp: H2C data not received in time; closing", "cid", s.req.Cmd.CID(),
-				"ttag", s.index, "len", s.req.TransferLen, "timeout", q.opts.H2CDataTimeout)
-			q.forceClose(ErrH2CDataTimeout)
-			return
-		}
-		if oldest.IsZero() || s.r2tAt.Before(oldest) {
-			oldest = s.r2tAt
+		if s.loadState() == slotAwaitingData && (oldest == nil || s.r2tAt.Before(oldest.r2tAt)) {
+			oldest = s
 		}
 	}
-	if !oldest.IsZero() {
+	switch {
+	case oldest == nil:
+		return
+	case now.Sub(oldest.r2tAt) < q.opts.H2CDataTimeout:
 		w.h2cArmed = true
-		w.h2cTimer.Reset(q.opts.H2CDataTimeout - now.Sub(oldest))
+		w.h2cTimer.Reset(q.opts.H2CDataTimeout - now.Sub(oldest.r2tAt))
+	case !q.awaitingInput.Load():
+		w.h2cArmed = true
+		w.h2cTimer.Reset(q.opts.H2CDataTimeout / 10)
+	default:
+		q.budget.stats.h2cDataTimeouts.Add(1)
+		q.log.Warn("nvme/tcp: H2C data not received in time; closing", "cid", oldest.req.Cmd.CID(),
+			"ttag", oldest.index, "len", oldest.req.TransferLen, "timeout", q.opts.H2CDataTimeout)
+		q.forceClose(ErrH2CDataTimeout)
 	}
 }
 
