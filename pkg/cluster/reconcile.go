@@ -35,9 +35,10 @@ type reconciler struct {
 		sync.Mutex
 		live     map[GroupID]*localVolume
 		failures map[GroupID]string
-		// removing holds the NQNs of volumes being taken down in the
-		// background: none is exported again until its teardown is done.
-		removing map[string]bool
+		// removing maps the NQNs of volumes being taken down in the
+		// background to their names: none is exported again until its
+		// teardown is done.
+		removing map[string]string
 	}
 }
 
@@ -59,7 +60,7 @@ func newReconciler(c *Cluster) *reconciler {
 		vols: map[GroupID]*localVolume{}}
 	r.mu.live = map[GroupID]*localVolume{}
 	r.mu.failures = map[GroupID]string{}
-	r.mu.removing = map[string]bool{}
+	r.mu.removing = map[string]string{}
 	return r
 }
 
@@ -145,9 +146,10 @@ func (r *reconciler) reconcile(ctx context.Context) {
 // every other volume on this node. When it is done it asks for another
 // pass (a volume of the same name waits for that).
 func (r *reconciler) teardownAsync(lv *localVolume) {
-	nqn := lv.spec.Load().NQN()
+	v := lv.spec.Load()
+	nqn := v.NQN()
 	r.mu.Lock()
-	r.mu.removing[nqn] = true
+	r.mu.removing[nqn] = v.Name
 	r.mu.Unlock()
 	r.wg.Add(1)
 	go func() {
@@ -171,7 +173,8 @@ func (r *reconciler) beingRemoved(nqn string) bool {
 	if nqn == "" {
 		return len(r.mu.removing) > 0
 	}
-	return r.mu.removing[nqn]
+	_, ok := r.mu.removing[nqn]
+	return ok
 }
 
 func (r *reconciler) setFailure(v *Volume, err error) {

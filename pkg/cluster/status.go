@@ -13,6 +13,9 @@ type LocalStatus struct {
 	// Replication is the replication layer's counters, when the
 	// Replicator reports them (ReplicationReporter).
 	Replication *ReplicationStatus `json:"replication,omitempty"`
+	// Removing names the volumes being taken down here (deleted or moved
+	// away) whose teardown has not finished.
+	Removing []string `json:"removing,omitempty"`
 }
 
 // MetadataStatus is the metadata group as this node sees it.
@@ -66,7 +69,11 @@ func (c *Cluster) Local() LocalStatus {
 	for id, f := range r.mu.failures {
 		failures[id] = f
 	}
+	for _, name := range r.mu.removing {
+		st.Removing = append(st.Removing, name)
+	}
 	r.mu.Unlock()
+	slices.Sort(st.Removing)
 	for _, lv := range live {
 		v := lv.spec.Load()
 		vs := VolumeStatus{
