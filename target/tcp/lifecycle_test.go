@@ -436,13 +436,13 @@ func (f *flakyListener) Close() error   { f.once.Do(func() { close(f.closed) });
 func (f *flakyListener) Addr() net.Addr { return &net.TCPAddr{} }
 
 func TestOptionsValidateReportsEveryProblem(t *testing.T) {
-	o := Options{MAXH2CDATA: 4094, ICReqTimeout: -1, DrainTimeout: -1, ReadBufferSize: 10}
+	o := Options{MAXH2CDATA: 4094, ICReqTimeout: -1, ConnectTimeout: -1, H2CDataTimeout: -1, DrainTimeout: -1, ReadBufferSize: 10}
 	o.EnsureDefaults()
 	err := o.Validate()
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("Validate: %v", err)
 	}
-	for _, field := range []string{"MAXH2CDATA", "ICReqTimeout", "DrainTimeout", "ReadBufferSize"} {
+	for _, field := range []string{"MAXH2CDATA", "ICReqTimeout", "ConnectTimeout", "H2CDataTimeout", "DrainTimeout", "ReadBufferSize"} {
 		if !bytes.Contains([]byte(err.Error()), []byte(field)) {
 			t.Errorf("error %q does not mention %s", err, field)
 		}
@@ -456,5 +456,14 @@ func TestOptionsValidateReportsEveryProblem(t *testing.T) {
 	}
 	if _, err := listen("127.0.0.1:0", nil, Options{MAXH2CDATA: 1000}); !errors.Is(err, ErrInvalidOptions) {
 		t.Fatalf("listen with bad options: %v", err)
+	}
+	_, err = NewBudget(Limits{MaxConnections: -1, MaxWriteBytes: 100})
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Fatalf("NewBudget: %v", err)
+	}
+	for _, field := range []string{"MaxConnections", "MaxWriteBytes"} {
+		if !bytes.Contains([]byte(err.Error()), []byte(field)) {
+			t.Errorf("error %q does not mention %s", err, field)
+		}
 	}
 }
