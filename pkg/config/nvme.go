@@ -58,12 +58,14 @@ type NVMeLimits struct {
 
 func (l *NVMeLimits) ensureDefaults() {
 	setDefault(&l.MaxConnections, DefaultMaxConnections)
-	setDefault(&l.MaxConnectionsPerHost, DefaultMaxConnectionsPerHost)
+	// The per-host and per-controller defaults never exceed the node-wide
+	// limits they are part of, when only those are set.
+	setDefault(&l.MaxConnectionsPerHost, min(DefaultMaxConnectionsPerHost, l.MaxConnections))
 	setDefault(&l.ICReqTimeout, Duration(DefaultICReqTimeout))
 	setDefault(&l.ConnectTimeout, Duration(DefaultConnectTimeout))
 	setDefault(&l.H2CDataTimeout, Duration(DefaultH2CDataTimeout))
 	setDefault(&l.MaxWriteBytes, DefaultMaxWriteBytes)
-	setDefault(&l.MaxControllerWriteBytes, DefaultMaxControllerWriteBytes)
+	setDefault(&l.MaxControllerWriteBytes, min(DefaultMaxControllerWriteBytes, l.MaxWriteBytes))
 	setDefault(&l.MaxReadBytes, DefaultMaxReadBytes)
 	setDefault(&l.DrainTimeout, Duration(DefaultDrainTimeout))
 }

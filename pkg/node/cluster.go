@@ -26,23 +26,26 @@ import (
 	"basalt/pkg/store"
 	"basalt/replication"
 	"basalt/target"
+	"basalt/target/tcp"
 )
 
 // clusterParts are what a cluster node runs besides the target.
 type clusterParts struct {
-	log     *slog.Logger
-	db      *meta.DB
-	drives  []disk.Drive // opened, until the store takes them
-	store   *store.Store
-	scrub   *store.Scrubber
-	raftLog pmem.Region
-	host    *replication.Host
-	cluster *cluster.Cluster
-	metrics *metrics.Registry
-	apiSrv  *http.Server
-	apiLn   net.Listener
-	apiOnce sync.Once
-	apiErr  error
+	log *slog.Logger
+	// transportStats reads the NVMe/TCP budget's counters for metrics.
+	transportStats func() tcp.Stats
+	db             *meta.DB
+	drives         []disk.Drive // opened, until the store takes them
+	store          *store.Store
+	scrub          *store.Scrubber
+	raftLog        pmem.Region
+	host           *replication.Host
+	cluster        *cluster.Cluster
+	metrics        *metrics.Registry
+	apiSrv         *http.Server
+	apiLn          net.Listener
+	apiOnce        sync.Once
+	apiErr         error
 }
 
 // startCluster starts a cluster node; on error everything opened so far is
@@ -62,10 +65,10 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	if err := cp.openState(cfg, log); err != nil {
 		return n, err
 	}
-	lo, hi := cfg.NVMe.CNTLIDMin, cfg.NVMe.CNTLIDMax
-	if n.target, err = target.New(target.Config{Logger: log, Clock: clock.Real(), CNTLIDMin: lo, CNTLIDMax: hi}); err != nil {
-		return n, fmt.Errorf("node: target: %w", err)
+	if err := n.newTarget(cfg, log); err != nil {
+		return n, err
 	}
+	cp.transportStats = n.budget.Stats
 	port, err := n.addPort()
 	if err != nil {
 		return n, err
@@ -243,7 +246,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		peers = append(peers, n)
 	}
 	var replicas cluster.Replicas = cluster.FileReplicas{Dir: filepath.Join(cfg.Node.DataDir, "replicas")}
-	src := metrics.Sources{Target: t.Stats}
+	src := metrics.Sources{Target: t.Stats, Transport: cp.transportStats}
 	if cp.store != nil {
 		replicas, src.Store = storeReplicas{s: cp.store}, storeSample(cp.store, cp.scrub)
 	}

@@ -23,7 +23,6 @@ import (
 	"strings"
 
 	"basalt/pkg/backend"
-	"basalt/pkg/clock"
 	"basalt/pkg/config"
 	"basalt/pkg/nvme"
 	"basalt/target"
@@ -36,6 +35,7 @@ type Node struct {
 	log       *slog.Logger
 	target    *target.Target
 	listeners []*tcp.Listener
+	budget    *tcp.Budget // the listeners' shared connection and buffer limits
 	backends  []backend.Backend
 	serveErr  chan error
 	// cl is the cluster part; nil on a single node.
@@ -56,14 +56,9 @@ func Start(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 			n.Close()
 		}
 	}()
-	t, err := target.New(target.Config{
-		Logger: log, Clock: clock.Real(),
-		CNTLIDMin: cfg.NVMe.CNTLIDMin, CNTLIDMax: cfg.NVMe.CNTLIDMax,
-	})
-	if err != nil {
-		return n, fmt.Errorf("node: target: %w", err)
+	if err := n.newTarget(cfg, log); err != nil {
+		return n, err
 	}
-	n.target = t
 	if cfg.Store != nil {
 		n.storage = &clusterParts{log: log}
 		if err := n.storage.openStorage(cfg, log); err != nil {
@@ -164,7 +159,7 @@ func (n *Node) addPort() (*target.Port, error) {
 }
 
 func (n *Node) listen(addr string, port *target.Port) error {
-	l, err := tcp.Listen(n.target, port, addr, tcp.Options{Logger: n.log})
+	l, err := tcp.Listen(n.target, port, addr, n.transportOptions())
 	if err != nil {
 		return fmt.Errorf("node: listen %s: %w", addr, err)
 	}
@@ -208,11 +203,18 @@ func (n *Node) Close() error {
 		errs = append(errs, l.Close())
 	}
 	n.listeners = nil
-	if n.cl != nil {
-		errs = append(errs, n.cl.close())
+	// The reconciler stops first (it changes the target), then the target
+	// closes, so that every volume's removal below shares the target's
+	// one drain (Config.DrainTimeout after Close) instead of each waiting
+	// its own.
+	if n.cl != nil && n.cl.cluster != nil {
+		n.cl.cluster.Stop()
 	}
 	if n.target != nil {
 		errs = append(errs, n.target.Close())
+	}
+	if n.cl != nil {
+		errs = append(errs, n.cl.close())
 	}
 	if n.cl != nil {
 		errs = append(errs, n.cl.closeStorage())
