@@ -75,11 +75,11 @@ type Group struct {
 	stopping chan struct{} // closed by stop
 	// queueWaits counts asynchronous proposals that waited for room.
 	queueWaits atomic.Uint64
-	done     chan struct{} // closed when the loop goroutine exits
-	stopped  atomic.Bool
-	finished atomic.Bool           // the loop is gone: nothing drains the queues
-	fenced   atomic.Bool           // failed and let go of the shared log (fence.go)
-	err      atomic.Pointer[error] // why the group stopped
+	done       chan struct{} // closed when the loop goroutine exits
+	stopped    atomic.Bool
+	finished   atomic.Bool           // the loop is gone: nothing drains the queues
+	fenced     atomic.Bool           // failed and let go of the shared log (fence.go)
+	err        atomic.Pointer[error] // why the group stopped
 }
 
 // proposal is one Propose on its way through the loop.
