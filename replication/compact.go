@@ -16,8 +16,13 @@ func (c *core) compactStep() uint64 {
 // make it durable first), nor, unless the buffer is under pressure, past a
 // snapshot that is streaming. A requested checkpoint then rewrites the
 // entries still needed into a new record if they sit in old ones.
+//
+// The releaser asks once per pin, so a request stands until this group's
+// pin has moved: one that could not be served (no room for the record, a
+// failed write) is tried again on the next iteration.
 func (c *core) maybeCompact() error {
 	force := c.g.checkpoint.Swap(false)
+	pin := c.s.pin.Load()
 	pressure := c.h.releaser.pressure.Load() || c.starved
 	urgent := force || c.starved
 	margin := c.h.cfg.CompactionMargin
@@ -32,7 +37,6 @@ func (c *core) maybeCompact() error {
 	}
 	due := target >= c.s.snapIndex+c.compactStep() || (pressure && target >= c.s.snapIndex+16) ||
 		(urgent && target > c.s.snapIndex)
-	compacted := false
 	if due {
 		durable, err := c.durableApplied(urgent && c.sm.AppliedIndex() < target || c.flushDue(pressure))
 		if err != nil {
@@ -42,28 +46,33 @@ func (c *core) maybeCompact() error {
 			if err := c.s.compact(c.ctx, target); err != nil {
 				return err
 			}
-			compacted = true
 			c.h.releaser.wake()
 		}
 	}
 	// A compaction that left no entry in an older record already moved the
 	// pin to its new state record; otherwise rewrite what is needed.
-	if force && !(compacted && (len(c.s.ents) == 0 || c.s.ents[0].seq > c.s.stateSeq)) {
+	if force && c.s.pin.Load() == pin {
 		c.checkpoint()
+	}
+	if force && c.s.pin.Load() == pin {
+		c.g.checkpoint.Store(true) // not served: the next iteration tries again
 	}
 	return nil
 }
 
 // checkpoint rewrites the log into one new record if the write buffer has
-// room for it (space.go): a checkpoint only moves this group's pin, so when
-// the buffer is too full it waits for compaction, which needs no room.
+// room for it: the record moves this group's pin, which is what lets the
+// releaser free the buffer, so it may use the reserve the admission limit
+// keeps below the buffer's size (space.go, admitState). Without room, or
+// when the log is larger than one record can hold, it waits for compaction;
+// the caller keeps the request.
 func (c *core) checkpoint() {
 	cost := c.s.checkpointCost()
 	if cost > int64(c.s.buf.Stats().MaxPayload) {
 		c.h.log.Debug("the log is too large to checkpoint; it waits for compaction", "group", c.g.id, "bytes", cost)
 		return
 	}
-	if n, _ := c.h.space.admitUpTo(func(int) int64 { return cost }, 1); n == 0 {
+	if !c.h.space.admitState(cost) {
 		c.starve()
 		return
 	}

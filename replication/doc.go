@@ -94,8 +94,12 @@
 // writes nothing would pin the buffer for ever;
 // when the buffer is more than half full the releaser asks the group with the
 // smallest pin to checkpoint: compact to its durable applied index and
-// rewrite whatever entries remain into one new state record, if the buffer
-// has room for it (else the group waits for compaction).
+// rewrite whatever entries remain into one new state record. The releaser
+// asks once per pin, so the request stands until the group's pin has moved:
+// a checkpoint that found no room is tried again on the group's next
+// iteration. Its record may use the buffer's reserve ("Buffer space"): it is
+// what frees the buffer when an idle group holds the oldest pin, and freeing
+// space must never wait for space.
 //
 // # Buffer space
 //
@@ -111,9 +115,11 @@
 // buffer's size less a reserve (one largest entries record for padding at
 // a lap's end, and a sixteenth of the buffer) that only state records use:
 // compactions, hard states, installed snapshots — small, and what frees
-// space. An iteration that held entries back compacts with no margin,
-// asking its Checkpointer to make the applied entries durable first, and
-// the releaser wakes such loops when it frees space. Raft's own limit on
+// space — and checkpoints, admitted into the reserve as long as they leave
+// half of it and room for twice their record (space.go, admitState). An
+// iteration that held entries back compacts with no margin, asking its
+// Checkpointer to make the applied entries durable first, and the releaser
+// wakes such loops when it frees space. Raft's own limit on
 // uncommitted bytes is back-pressure too: a dropped batch stays queued. So
 // host writes wait, never fail, when the buffer is full.
 //

@@ -16,7 +16,8 @@ import (
 // uncompacted entry). A group that writes nothing keeps an old pin; when the
 // buffer is more than half full, the releaser asks the group holding the
 // smallest pin to checkpoint: to compact to its durable applied index and
-// rewrite what it still needs into one new record.
+// rewrite what it still needs into one new record. It asks once per pin;
+// the group keeps the request until its pin has moved (compact.go).
 type releaser struct {
 	h      *Host
 	wakeCh chan struct{}

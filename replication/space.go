@@ -20,12 +20,17 @@ import (
 // The limit leaves a reserve below the buffer's size for what is never
 // admitted: state records (compaction, hard state, installed snapshots),
 // which are small and are what frees space, and the padding a record may
-// need at the end of a lap.
+// need at the end of a lap. A checkpoint, the one state record that must
+// find room before it is written (it may carry entries), is admitted into
+// the reserve (admitState): it is what frees the buffer when an idle group
+// holds the oldest pin, so it must never wait for the space it would free.
 type space struct {
-	buf      *cache.Buffer
-	limit    int64
-	admitted atomic.Int64 // stepped, not yet persisted, over all groups
-	waits    atomic.Uint64
+	buf        *cache.Buffer
+	size       int64        // the buffer's
+	limit      int64        // for entries
+	stateLimit int64        // for checkpoints: half the reserve stays for the rest
+	admitted   atomic.Int64 // stepped, not yet persisted, over all groups
+	waits      atomic.Uint64
 }
 
 // init sets the limit for buf: its size less a reserve of one largest
@@ -33,7 +38,32 @@ type space struct {
 func (s *space) init(buf *cache.Buffer) {
 	st := buf.Stats()
 	s.buf = buf
+	s.size = st.Size
 	s.limit = st.Size - int64(st.MaxPayload/4) - st.Size/16
+	s.stateLimit = st.Size - (st.Size-s.limit)/2
+}
+
+// recordSlack bounds what the buffer adds to a payload: its record header
+// and the alignment of the next record.
+const recordSlack = 128
+
+// admitState admits a checkpoint record of cost bytes into the reserve:
+// it reports whether the buffer holds, besides what is admitted, room for
+// it under stateLimit and room for twice the record (padding at a lap's end
+// may take up to one record), so that its Append never waits. A refusal
+// counts a wait.
+func (s *space) admitState(cost int64) bool {
+	for {
+		cur := s.admitted.Load()
+		used := s.buf.Used() + cur
+		if used+cost > s.stateLimit || s.size-used < 2*(cost+recordSlack) {
+			s.waits.Add(1)
+			return false
+		}
+		if s.admitted.CompareAndSwap(cur, cur+cost) {
+			return true
+		}
+	}
 }
 
 // admitUpTo admits as many of costs, in order, as fit under the limit
