@@ -90,7 +90,9 @@
 // record and every entry after it; older records that survive are harmless
 // (recover.go). The log's identity record is a pin too: when it is the
 // oldest and something above it could be freed, the releaser has it copied
-// to the head and frees past the old copy on a later pass. A group that
+// to the head and frees past the old copy on a later pass. So are the
+// tombstones of fenced groups, which the releaser copies to the head itself
+// when they are in the way (tombstone.go). A group that
 // writes nothing would pin the buffer for ever;
 // when the buffer is more than half full the releaser asks the group with the
 // smallest pin to checkpoint: compact to its durable applied index and
@@ -193,7 +195,14 @@
 // groups. A group that fails is fenced (fence.go): it persists its removal,
 // drops its pin on the write buffer, so that the releaser never waits for it,
 // and closes its Watch channels, so that its path turns inaccessible; it
-// stays listed, with its error, until RemoveGroup.
+// stays listed, with its error, until RemoveGroup. The removal is a
+// tombstone (tombstone.go) that keeps what Raft's safety needs of the log
+// it drops: the term, the vote, and the log's last entry. Added again, even
+// after a restart, the group starts with no log in that term with that vote,
+// so it cannot vote twice in a term, and until its log catches up with that
+// last entry it refuses its vote to a candidate whose log is behind it, and
+// asks for none itself, since it may have acknowledged entries that are
+// committed. RemoveGroup drops the tombstone.
 //
 // # Inbound checks
 //
@@ -237,7 +246,8 @@
 //
 //	offset size field
 //	     0    1 version (1)
-//	     1    1 flags (kindState: bit 0 = replace; otherwise 0)
+//	     1    1 flags (kindState: bit 0 = replace; kindTombstone: bit 0 =
+//	              drop; otherwise 0)
 //	     2    2 zero
 //	     4    4 entry count
 //	     8    8 group ID (0 in kindIdentity only)
@@ -268,7 +278,8 @@
 //	  64+c      entries (replace flag only)
 //
 // kindRemove (cache.Kind 3): the group was removed; recovery forgets its
-// earlier records. The 40-byte header alone, hard state zero.
+// earlier records, and its tombstone. The 40-byte header alone, hard state
+// zero.
 //
 // kindIdentity (cache.Kind 4): the log's identity stamp (pkg/identity), which
 // cluster and which node the log belongs to. Group ID 0, count 0, hard state
@@ -282,6 +293,21 @@
 //	     0   40 header (group 0)
 //	    40   16 cluster UUID
 //	    56   16 node UUID
+//
+// kindTombstone (cache.Kind 5): a group that failed here was fenced and its
+// log dropped (tombstone.go). Flags bit 0 (drop) marks the fence's own
+// record: recovery forgets the group's earlier records; a copy the releaser
+// writes has flags 0 and forgets nothing. Count 0; hard state: the group's
+// last term (at least 1) and vote (0: none), commit 0; the log's last entry
+// has a term at most the hard state's. Recovery merges every tombstone
+// record of a group since its last kindRemove, in any order: the highest
+// term with its vote, the most up-to-date last entry. Logs written before
+// this kind existed have none and read as before.
+//
+//	offset size field
+//	     0   40 header (flags: bit 0 = drop)
+//	    40    8 last index of the dropped log
+//	    48    8 term of that entry
 //
 // Each entry:
 //

@@ -10,25 +10,26 @@ package replication
 //
 // fence persists the group's removal first, so that a restart does not find
 // a log the releaser has freed in part (recovery would refuse it), then
-// drops the pin. The Group stays registered, failed, with its error: Status
-// reports it, Watch is closed (the volume's path turns inaccessible), and a
-// later RemoveGroup, then AddGroup, works. After a restart the group has no
-// log on this node: adding it again bootstraps an empty log, which catches
-// up from the leader.
+// drops the pin. The removal is a tombstone (tombstone.go): it keeps the
+// group's term, its vote and the end of its log, which Raft's safety still
+// needs. The Group stays registered, failed, with its error: Status reports
+// it, Watch is closed (the volume's path turns inaccessible), and a later
+// RemoveGroup, then AddGroup, works. After a restart the group has no log
+// on this node: adding it again bootstraps an empty log in the tombstone's
+// term, with its vote, which catches up from the leader.
 
 // fence lets go of the shared log. It runs once, on the loop, when the
 // group fails.
 func (g *Group) fence() {
 	h := g.host
-	var b recordBuilder
-	if _, err := g.storage.write(h.ctx, kindRemove, b.removeRecord(g.id)); err != nil {
+	if err := h.writeTombstone(g.storage); err != nil {
 		h.log.Error("persisting a failed group's removal failed; its log is released anyway", "group", g.id, "err", err)
 	}
 	g.storage.pin.Store(0)
 	g.fenced.Store(true)
 	h.releaser.wake()
 	h.log.Warn("failed group fenced: its log is released, it serves nothing here until removed and added again",
-		"group", g.id)
+		"group", g.id, "term", g.storage.hard.Term)
 }
 
 // Fenced reports whether the group failed on this node and was fenced

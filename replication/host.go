@@ -50,6 +50,7 @@ type Host struct {
 	releaser releaser
 	space    space
 	ident    logIdentity // the log's identity stamp (identity.go)
+	tombs    tombstones  // of the groups fenced here (tombstone.go)
 	wg       sync.WaitGroup
 
 	rejections rejections // what peers sent that was refused (inbound.go)
@@ -83,6 +84,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.mu.groups = make(map[GroupID]*Group)
 	h.mu.dormant = logs
 	h.ident.init(rec)
+	h.tombs.init(rec.tombs, logs)
 	h.mu.removing = make(map[GroupID]*logStorage)
 	h.routes.Store(&map[GroupID]*Group{})
 	h.releaser.init(h)
@@ -170,6 +172,7 @@ func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, 
 	if id == 0 {
 		return nil, fmt.Errorf("%w: group 0", ErrConfig)
 	}
+	tomb := h.tombs.get(id) // a group fenced here starts from its tombstone
 	h.mu.Lock()
 	if h.mu.closed {
 		h.mu.Unlock()
@@ -188,6 +191,9 @@ func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, 
 			return nil, fmt.Errorf("%w: members %v of new %v do not include this node %v", ErrConfig, members, id, h.cfg.NodeID)
 		}
 		s = h.newStorage(id)
+		if tomb != nil {
+			s.attachTombstone(tomb)
+		}
 	}
 	g := newGroup(h, id, s)
 	h.mu.groups[id] = g // registers s.pin before the group's first record
@@ -246,13 +252,19 @@ func (h *Host) publishRoutesLocked() {
 
 // RemoveGroup stops group id on this node and deletes its log: it persists a
 // removal record, so that recovery forgets the group, and lets the releaser
-// free its records. A dormant (recovered) group is removed the same way.
+// free its records. A dormant (recovered) group is removed the same way, and
+// so is the tombstone a fenced group left (tombstone.go), alone or beside a
+// log.
 func (h *Host) RemoveGroup(id GroupID) error {
+	tomb := h.tombs.get(id) != nil
 	h.mu.Lock()
 	g := h.mu.groups[id]
 	s := h.mu.dormant[id]
 	if g != nil {
 		s = g.storage
+	}
+	if s == nil && tomb {
+		s = &logStorage{group: id} // a tombstone alone: no log to pin
 	}
 	if s == nil || h.mu.removing[id] != nil {
 		h.mu.Unlock()
@@ -274,8 +286,11 @@ func (h *Host) RemoveGroup(id GroupID) error {
 	if g != nil {
 		g.stop()
 	}
+	finish := h.tombs.startRemoval(id)
 	var b recordBuilder
-	if _, err := h.buf.Append(h.ctx, kindRemove, b.removeRecord(id)...); err != nil {
+	_, err := h.buf.Append(h.ctx, kindRemove, b.removeRecord(id)...)
+	finish(err == nil)
+	if err != nil {
 		return fmt.Errorf("replication: while persisting the removal of %v: %w", id, err)
 	}
 	h.log.Info("group removed", "group", id)

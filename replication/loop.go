@@ -133,7 +133,7 @@ func (c *core) step(m raftpb.Message) error {
 	if err := c.checkStep(&m); err != nil {
 		return err
 	}
-	if c.voteDelayed(m) {
+	if c.voteDelayed(m) || c.voteBelowFloor(m) { // tombstone.go
 		c.stats.dropped++
 		return nil
 	}
@@ -382,6 +382,9 @@ func (c *core) send(msgs []raftpb.Message) {
 	for _, m := range msgs {
 		if m.Type == raftpb.MsgSnap {
 			c.sendSnapshot(m)
+			continue
+		}
+		if c.campaignBelowFloor(m) { // tombstone.go
 			continue
 		}
 		msgs[n] = m

@@ -17,6 +17,9 @@ const (
 	kindRemove  cache.Kind = 3
 	// kindIdentity carries the log's identity stamp (identity.go); group 0.
 	kindIdentity cache.Kind = 4
+	// kindTombstone keeps what Raft needs of a group whose log was dropped
+	// here (tombstone.go).
+	kindTombstone cache.Kind = 5
 )
 
 const (
@@ -25,6 +28,7 @@ const (
 	stateHeaderSize   = recordHeaderSize + 24
 	entryHeaderSize   = 16
 	stateFlagReplace  = 1 << 0 // kindState: the record carries the whole log after its snapshot
+	tombFlagDrop      = 1 << 0 // kindTombstone: the group's earlier records are dropped (a fence)
 	maxConfStateBytes = 1 << 16
 )
 
@@ -42,6 +46,8 @@ type record struct {
 	conf                raftpb.ConfState
 	// kindIdentity only:
 	stamp identity.Stamp
+	// kindTombstone only: the last entry of the log it recorded.
+	floor logPoint
 }
 
 // entryRef locates one entry's data inside a record payload.
@@ -147,6 +153,37 @@ func (b *recordBuilder) removeRecord(group GroupID) [][]byte {
 	return b.pieces
 }
 
+// tombstoneRecordSize is the payload of a kindTombstone record.
+const tombstoneRecordSize = recordHeaderSize + 16
+
+// tombstoneRecord builds a kindTombstone record: the header with the term
+// and vote (commit zero), then the floor's index and term. drop marks the
+// record that drops the group's log (a fence) rather than a copy.
+func (b *recordBuilder) tombstoneRecord(group GroupID, t tombstoneState, drop bool) [][]byte {
+	var flags uint8
+	if drop {
+		flags = tombFlagDrop
+	}
+	b.start(flags, 0, group, raftpb.HardState{Term: t.term, Vote: t.vote})
+	b.head = binary.LittleEndian.AppendUint64(b.head, t.floor.index)
+	b.head = binary.LittleEndian.AppendUint64(b.head, t.floor.term)
+	b.add(b.head)
+	return b.pieces
+}
+
+func (r *record) decodeTombstone(p []byte, count uint32) error {
+	if r.flags&^tombFlagDrop != 0 || count != 0 || len(p) != tombstoneRecordSize {
+		return corruptf("tombstone record: flags %#x, count %d, %d bytes", r.flags, count, len(p))
+	}
+	r.floor = logPoint{index: binary.LittleEndian.Uint64(p[recordHeaderSize:]),
+		term: binary.LittleEndian.Uint64(p[recordHeaderSize+8:])}
+	if r.hard.Term == 0 || r.hard.Commit != 0 || r.floor.term > r.hard.Term {
+		return corruptf("tombstone record: term %d, commit %d, last entry (%d, %d)", r.hard.Term, r.hard.Commit,
+			r.floor.index, r.floor.term)
+	}
+	return nil
+}
+
 // identityRecordSize is the payload of a kindIdentity record.
 const identityRecordSize = recordHeaderSize + 32
 
@@ -209,6 +246,8 @@ func decodeRecord(kind cache.Kind, p []byte) (record, error) {
 		return r, nil
 	case kindIdentity:
 		return r, r.decodeIdentity(p, count)
+	case kindTombstone:
+		return r, r.decodeTombstone(p, count)
 	default:
 		return r, corruptf("unknown record kind %v", kind)
 	}

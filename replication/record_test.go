@@ -105,6 +105,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(uint8(kindState), joinPieces(pieces))
 	f.Add(uint8(kindRemove), joinPieces(b.removeRecord(1)))
 	f.Add(uint8(kindIdentity), joinPieces(b.identityRecord(testStamp(1))))
+	f.Add(uint8(kindTombstone), joinPieces(b.tombstoneRecord(1, tombstoneState{term: 3, vote: 2, floor: logPoint{9, 3}}, true)))
 	f.Fuzz(func(t *testing.T, kind uint8, payload []byte) {
 		r, err := decodeRecord(cache.Kind(kind), payload)
 		if err != nil {

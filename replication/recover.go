@@ -33,33 +33,45 @@ func recoverLogs(buf *cache.Buffer) (map[GroupID]*logStorage, error) {
 	return rec.logs, err
 }
 
-// recovery is what the write buffer held: every group's log and the log's
-// identity stamp (identity.go; zero stampSeq: none).
+// recovery is what the write buffer held: every group's log, the
+// tombstones of groups fenced here (tombstone.go) and the log's identity
+// stamp (identity.go; zero stampSeq: none).
 type recovery struct {
 	logs     map[GroupID]*logStorage
+	tombs    map[GroupID]*tombstone
 	stamp    identity.Stamp
 	stampSeq cache.Seq // the newest identity record
 }
 
-// recoverLog rebuilds every group's log and the identity stamp. Every
-// identity record in the log must carry the same stamp.
+// recoverLog rebuilds every group's log, the tombstones and the identity
+// stamp. Every identity record in the log must carry the same stamp. A
+// removal record drops its group's log and tombstone; a tombstone record
+// merges into the group's tombstone, and the fence's own record (drop
+// flag) drops the group's log too.
 func recoverLog(buf *cache.Buffer) (recovery, error) {
-	var rec recovery
+	rec := recovery{tombs: make(map[GroupID]*tombstone)}
 	states := make(map[GroupID]*replayState)
 	err := buf.Replay(func(seq cache.Seq, kind cache.Kind, payload []byte) error {
 		r, err := decodeRecord(kind, payload)
 		if err != nil {
 			return fmt.Errorf("record %v: %w", seq, err)
 		}
-		if kind == kindIdentity {
+		switch kind {
+		case kindIdentity:
 			if rec.stampSeq != 0 && r.stamp != rec.stamp {
 				return corruptf("identity record %v says %v, record %v said %v", seq, r.stamp, rec.stampSeq, rec.stamp)
 			}
 			rec.stamp, rec.stampSeq = r.stamp, seq
 			return nil
-		}
-		if kind == kindRemove {
+		case kindRemove:
 			delete(states, r.group)
+			delete(rec.tombs, r.group)
+			return nil
+		case kindTombstone:
+			if r.flags&tombFlagDrop != 0 {
+				delete(states, r.group)
+			}
+			rec.tomb(seq, &r)
 			return nil
 		}
 		st := states[r.group]
@@ -87,6 +99,18 @@ func recoverLog(buf *cache.Buffer) (recovery, error) {
 		rec.logs[group] = s
 	}
 	return rec, nil
+}
+
+// tomb merges tombstone record r, of seq, into its group's tombstone,
+// whose pin stays at the group's oldest tombstone record: the newest one
+// may be a copy written before the state it merges with (tombstone.go).
+func (rec *recovery) tomb(seq cache.Seq, r *record) {
+	state := tombstoneState{term: r.hard.Term, vote: r.hard.Vote, floor: r.floor}
+	if ts := rec.tombs[r.group]; ts != nil {
+		ts.state = ts.state.merge(state)
+		return
+	}
+	rec.tombs[r.group] = &tombstone{group: r.group, state: state, seq: seq}
 }
 
 func (st *replayState) replayEntries(seq cache.Seq, r *record) {

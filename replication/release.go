@@ -86,7 +86,7 @@ func (r *releaser) releaseOnce() {
 	// group's pin or above last.
 	stats := h.buf.Stats()
 	low := r.lowestPin(uint64(stats.Last) + 1)
-	if upTo := cache.Seq(h.keepIdentity(low.pin) - 1); upTo > r.mu.released { // identity.go
+	if upTo := cache.Seq(h.keepIdentity(h.keepTombstones(low.pin)) - 1); upTo > r.mu.released { // identity.go, tombstone.go
 		if err := h.buf.Release(upTo); err != nil {
 			h.log.Error("releasing the write buffer failed", "up_to", upTo, "err", err)
 			return

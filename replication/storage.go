@@ -55,6 +55,12 @@ type logStorage struct {
 	// pin is the smallest write-buffer seq this group still needs; the Host's
 	// releaser reads it from another goroutine.
 	pin atomic.Uint64
+	// tomb, until the log reaches floor, is the tombstone this group left
+	// here when it was fenced: floor is the last entry of the log it
+	// dropped, and votes for candidates behind it are refused
+	// (tombstone.go).
+	tomb  *tombstone
+	floor logPoint
 
 	recent  entryCache
 	builder recordBuilder
@@ -250,6 +256,7 @@ func (s *logStorage) appendRecord(ctx context.Context, hs raftpb.HardState, firs
 	s.hard = hs
 	s.recent.put(first, ents)
 	s.updatePin()
+	s.passFloor()
 	return nil
 }
 
@@ -268,6 +275,7 @@ func (s *logStorage) installSnapshot(ctx context.Context, hs raftpb.HardState, s
 	s.confLog, s.ents, s.stateSeq, s.applied = nil, nil, seq, snap.Index
 	s.recent.reset()
 	s.updatePin()
+	s.passFloor()
 	return nil
 }
 
@@ -361,7 +369,9 @@ const (
 	bootstrapTerm  = 1
 )
 
-// bootstrap persists a new group's initial state.
+// bootstrap persists a new group's initial state. A group that left a
+// tombstone here starts in its term, with its vote (attachTombstone set
+// them in s.hard): the empty log catches up from the leader.
 func (s *logStorage) bootstrap(ctx context.Context, members []NodeID) error {
 	voters := make([]uint64, 0, len(members))
 	for _, m := range members {
@@ -370,7 +380,7 @@ func (s *logStorage) bootstrap(ctx context.Context, members []NodeID) error {
 	slices.Sort(voters)
 	voters = slices.Compact(voters)
 	conf := raftpb.ConfState{Voters: voters}
-	hs := raftpb.HardState{Term: bootstrapTerm, Commit: bootstrapIndex}
+	hs := raftpb.HardState{Term: max(bootstrapTerm, s.hard.Term), Vote: s.hard.Vote, Commit: bootstrapIndex}
 	pieces, err := s.builder.stateRecord(s.group, stateFlagReplace, hs, bootstrapIndex, bootstrapTerm, conf, nil)
 	if err != nil {
 		return err
@@ -382,6 +392,7 @@ func (s *logStorage) bootstrap(ctx context.Context, members []NodeID) error {
 	s.hard, s.snapIndex, s.snapTerm, s.conf, s.applied = hs, bootstrapIndex, bootstrapTerm, conf, bootstrapIndex
 	s.stateSeq = seq
 	s.updatePin()
+	s.passFloor()
 	return nil
 }
 
