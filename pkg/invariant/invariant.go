@@ -17,6 +17,14 @@
 // package: malformed input is an ordinary error with the status the
 // protocol names.
 //
+// Two kinds of check stay plain panics. A misuse of an API by its caller in
+// this program (a negative buffer size, a state machine attached twice) is
+// found by the first test that makes it. And a broken invariant in the one
+// structure every group of a node shares, the write buffer's entry queue
+// (package cache), cannot be contained to one group: the node stops
+// (fail-stop, as a bounds check would), and what it acknowledged is in the
+// persistent log its restart recovers.
+//
 // Usage, so that the arguments cost nothing when the condition holds:
 //
 //	if r.Slot >= len(q.slots) {
