@@ -463,3 +463,71 @@ func TestRecoveryMergesTombstones(t *testing.T) {
 		})
 	}
 }
+
+// TestTombstoneSurvivesTheReleaserWithGoroutines is the same with the loops
+// and the releaser on their goroutines: a one-member group fails and is
+// fenced, another writes four times the 1 MiB log, and after a reopen the
+// tombstone stands and the group comes back in its term.
+func TestTombstoneSurvivesTheReleaserWithGoroutines(t *testing.T) {
+	region := pmem.NewFake(4096+1<<20, 9)
+	open := func() *Host {
+		h, err := NewHost(Config{NodeID: 1, LogRegion: region, Logger: testLogger(), TickInterval: time.Millisecond,
+			Listen: "127.0.0.1:0", CompactionMargin: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	h := open()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	failing, err := h.AddGroup(1, []NodeID{1}, &faultySM{failAt: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !failing.Fenced() {
+		if err := failing.Propose(ctx, []byte("x")); err != nil && !errors.Is(err, ErrStopped) &&
+			!errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrNotLeader) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("group 1 never failed")
+		}
+	}
+	term, fencedAt := h.tombs.get(1).state.term, h.tombs.get(1).seq
+	busy, err := h.AddGroup(2, []NodeID{1}, &faultySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4<<20/loadSize; {
+		switch err := busy.Propose(ctx, make([]byte, loadSize)); {
+		case err == nil:
+			i++
+		case errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader):
+			time.Sleep(time.Millisecond)
+		default:
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if st := h.Stats(); st.First <= fencedAt {
+		t.Fatalf("the buffer was never released past the tombstone %v: %+v", fencedAt, st.Stats)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = open()
+	defer h.Close()
+	if ids := h.Tombstones(); !slices.Equal(ids, []GroupID{1}) {
+		t.Fatalf("tombstones after the laps: %v", ids)
+	}
+	g, err := h.AddGroup(1, []NodeID{1}, &faultySM{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Status(); st.Term < term {
+		t.Fatalf("group 1 came back in term %d, fenced in %d", st.Term, term)
+	}
+}
