@@ -403,6 +403,9 @@ func (g *Group) attachLocked(sm StateMachine) error {
 	if g.c != nil {
 		return fmt.Errorf("%w: %v already has a state machine", ErrConfig, g.id)
 	}
+	if err := g.checkOrphanReplica(sm); err != nil {
+		return err
+	}
 	c, err := newCoreContained(g, sm)
 	if err != nil {
 		return err
@@ -414,6 +417,27 @@ func (g *Group) attachLocked(sm StateMachine) error {
 	g.host.publishRoutesLocked()
 	if g.host.mu.started && !g.host.cfg.Manual {
 		g.startLocked()
+	}
+	return nil
+}
+
+// checkOrphanReplica refuses a state machine that has applied entries
+// beyond the end of its log when this node is the group's only voter: a
+// group fenced here (fence.go) whose log was dropped, added again with an
+// empty log. No peer can send those entries back, and the log's next
+// indexes would be at or below the applied index, whose entries Apply
+// skips: new writes would be acknowledged and never applied. (With other
+// voters the leader sends the entries or a snapshot, and skipping what was
+// applied is right: the indexes are the group's.)
+func (g *Group) checkOrphanReplica(sm StateMachine) error {
+	s := g.storage
+	if len(s.conf.Voters) != 1 || s.conf.Voters[0] != uint64(g.host.cfg.NodeID) || len(s.conf.Learners) != 0 {
+		return nil
+	}
+	if applied, last := sm.AppliedIndex(), s.lastIndex(); applied > last {
+		return fmt.Errorf("%w: %v: its only replica has applied up to index %d but its Raft log here ends at %d "+
+			"(dropped when the group failed): a group with one replica has no peer to catch up from; "+
+			"remove the volume and create it again", ErrOrphanReplica, g.id, applied, last)
 	}
 	return nil
 }

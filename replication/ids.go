@@ -36,6 +36,9 @@ var (
 	// ErrStopped: the group was removed, the host closed, or the group failed
 	// (a storage or state-machine error); this node will not serve it.
 	ErrStopped = fmt.Errorf("replication: group stopped: %w", backend.ErrInaccessible)
+	// ErrOrphanReplica: a group whose only voter is this node has a state
+	// machine ahead of its log (the log was dropped when it failed).
+	ErrOrphanReplica = errors.New("replication: replica ahead of its log, with no peer to catch up from")
 	// ErrProposalDropped: the leader refused the proposal (too much
 	// uncommitted data, or a leadership transfer in progress); retry.
 	ErrProposalDropped = fmt.Errorf("replication: proposal dropped: %w", backend.ErrTransition)
