@@ -67,6 +67,13 @@ func (r raftReplicator) DropDormant(keep func(cluster.GroupID) bool) error {
 			errs = append(errs, r.h.RemoveGroup(id))
 		}
 	}
+	// The tombstones of groups fenced here (their term and vote) go too
+	// when their volume is gone and the group does not run.
+	for _, id := range r.h.Tombstones() {
+		if !keep(cluster.GroupID(id)) && r.h.Group(id) == nil {
+			errs = append(errs, r.h.RemoveGroup(id))
+		}
+	}
 	return errors.Join(errs...)
 }
 

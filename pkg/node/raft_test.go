@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/cluster"
 	"basalt/pkg/pmem"
 	"basalt/replication"
 )
@@ -68,5 +69,57 @@ func TestRaftAdapterReportsFailureAndRefusals(t *testing.T) {
 		if _, ok := rs.Rejected[label]; !ok {
 			t.Errorf("no %q label in %v", label, rs.Rejected)
 		}
+	}
+}
+
+// TestDropDormantDropsTombstones: a group fenced here leaves a tombstone
+// (its term and vote) that outlives a restart; when its volume is gone,
+// DropDormant removes the tombstone as it removes dormant logs, and keeps
+// the tombstones of volumes that remain.
+func TestDropDormantDropsTombstones(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	region := pmem.NewFake(4096+1<<20, 1)
+	open := func() *replication.Host {
+		h, err := replication.NewHost(replication.Config{NodeID: 1, LogRegion: region, Clock: clk,
+			Transport: replication.NewSimNetwork(1, clk).Endpoint(1), Manual: true, TickInterval: time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	h := open()
+	for _, id := range []replication.GroupID{5, 6} {
+		g, err := h.AddGroup(id, []replication.NodeID{1}, &failingSM{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; !g.Fenced(); i++ {
+			if i > 20000 {
+				t.Fatalf("%v never failed", id)
+			}
+			if g.IsLeader() && i%100 == 0 {
+				g.ProposeAsync([]byte("x"), func(error) {})
+			}
+			clk.Advance(time.Millisecond)
+			h.Poll()
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h = open()
+	defer h.Close()
+	if got := h.Tombstones(); len(got) != 2 {
+		t.Fatalf("tombstones after the restart: %v, want groups 5 and 6", got)
+	}
+	keep := func(id cluster.GroupID) bool { return id == 6 }
+	if err := (raftReplicator{h: h}).DropDormant(keep); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Tombstones(); len(got) != 1 || got[0] != 6 {
+		t.Fatalf("tombstones after DropDormant keeping group 6: %v, want [6]", got)
 	}
 }
