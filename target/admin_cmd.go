@@ -4,10 +4,10 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// Admin commands of an I/O controller (NVMe Base 2.0 §5; checklist §3).
-// Handlers run inline on the admin queue's receive goroutine.
+// Admin commands of an I/O controller (NVMe Base 2.0 §5). Handlers run inline
+// on the admin queue's receive goroutine.
 
-// Identify Controller constants (checklist §3.1).
+// Identify Controller constants.
 const (
 	cmicMultiPortMultiCtrlANA = 0x0B // bit0 multi-port, bit1 multi-controller, bit3 ANA
 	ctrattHostID128           = 1 << 0
@@ -65,8 +65,7 @@ func (c *Controller) parseAdminCmd(r *Request) nvme.Status {
 }
 
 // executeIdentify returns one 4096-byte Identify structure (NVMe Base 2.0
-// §5.17; checklist §3.1–3.3). CNS 08h is Invalid Field so that a host falls
-// back to CNS 00h.
+// §5.17). CNS 08h is Invalid Field so that a host falls back to CNS 00h.
 func executeIdentify(r *Request) {
 	c := r.sq.ctrl.Load()
 	buf := r.Data[:nvme.IdentifySize]
@@ -83,7 +82,7 @@ func executeIdentify(r *Request) {
 	case cns == nvme.CNSNSDescriptorList:
 		st = c.identifyDescriptors(r, buf)
 	case cns == nvme.CNSCSController:
-		// CSI 0 (NVM): all limits zero = none (checklist §3.3).
+		// CSI 0 (NVM): all limits zero = none.
 		if r.Cmd[nvme.IdentifyOffsetCSI] != 0 {
 			st = r.fail(nvme.StatusInvalidField, nvme.IdentifyOffsetCSI)
 		} else {
@@ -148,7 +147,7 @@ func (t *Target) inactiveNSIDStatus(nsid uint32) nvme.Status {
 // identifyNamespace fills Identify Namespace (CNS 00h). An inactive NSID
 // returns zeroes (NCAP 0 = not present: CNS 00h's exception to Invalid
 // Field); an invalid one, FFFFFFFFh included (no Namespace Management), is
-// Invalid Namespace (checklist §3.2).
+// Invalid Namespace.
 func (c *Controller) identifyNamespace(r *Request, buf []byte) nvme.Status {
 	nsid := r.Cmd.NSID()
 	ns := c.subsys.table().lookup(nsid)
@@ -215,8 +214,8 @@ func executeAbort(r *Request) {
 	r.sq.complete(r, nvme.StatusSuccess)
 }
 
-// executeKeepAlive restarts the keep-alive timer; it always succeeds
-// (checklist §3.6: a failed Keep Alive stops the host sending them).
+// executeKeepAlive restarts the keep-alive timer; it always succeeds (the
+// Linux host stops sending them after one fails).
 func executeKeepAlive(r *Request) {
 	r.sq.ctrl.Load().touch()
 	r.sq.complete(r, nvme.StatusSuccess)

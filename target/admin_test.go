@@ -8,8 +8,8 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// NVMe Base 2.0 §5.17.2.1 (checklist §3.1): the Identify Controller fields
-// the Linux host checks, field by field.
+// NVMe Base 2.0 §5.17.2.1: the Identify Controller fields the Linux host
+// checks, field by field.
 func TestIdentifyController(t *testing.T) {
 	env := newEnv(t, func(c *Config, s *SubsystemConfig) {
 		c.MDTS, c.InCapsuleDataSize, c.MQES = 6, 16384, 255
@@ -39,7 +39,8 @@ func TestIdentifyController(t *testing.T) {
 	}
 }
 
-// NVM Command Set 1.0 §4.1.5.1, NVMe Base 2.0 §5.17.2 (checklist §3.2, §3.3).
+// NVM Command Set 1.0 §4.1.5.1, NVMe Base 2.0 §5.17.2: Identify Namespace and
+// the other CNS values the Linux host reads.
 func TestIdentifyNamespaceAndLists(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -98,7 +99,7 @@ func TestIdentifyNamespaceAndLists(t *testing.T) {
 	expectStatus(t, "identify 2048 bytes", cpl, nvme.StatusDataSGLLengthInvalid)
 }
 
-// NVMe Base 2.0 §5.27 (checklist §3.4): Set/Get Features.
+// NVMe Base 2.0 §5.27: Set/Get Features.
 func TestFeatures(t *testing.T) {
 	env := newEnv(t)
 	a := env.connectAdmin(testSubNQN, testHostNQN, env.ports[0], 5000)
@@ -220,7 +221,7 @@ func TestFeatures(t *testing.T) {
 	set(nvme.FeatNumberOfQueues, 3|3<<16, nvme.StatusCommandSequenceError)
 }
 
-// NVMe Base 2.0 §5.16 (checklist §3.5): log pages, offsets, RAE.
+// NVMe Base 2.0 §5.16: log pages, offsets, RAE.
 func TestGetLogPage(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -297,8 +298,8 @@ func TestGetLogPage(t *testing.T) {
 	expectStatus(t, "SGL != NUMD", cpl, nvme.StatusDataSGLLengthInvalid)
 }
 
-// NVMe Base 2.0 §5.16.1.13 (checklist §3.5, §6.3): ANA log layout — groups
-// ascending, NSIDs ascending per group, per-port states, RGO, CHGCNT.
+// NVMe Base 2.0 §5.16.1.13: ANA log layout — groups ascending, NSIDs
+// ascending per group, per-port states, RGO, CHGCNT.
 func TestANALog(t *testing.T) {
 	env := newEnv(t)
 	for _, nsid := range []uint32{7, 5, 6} { // 5 and 7 share group 5

@@ -100,7 +100,8 @@ func (s *Subsystem) hasGroup(grp uint32) bool {
 
 // anaStatus returns the path status for I/O to ns through port p: success
 // when the group is optimized or non-optimized, else the matching SCT 3
-// status, never with DNR, so the host fails over (checklist §4.3).
+// status, never with DNR, so the host fails over: the Linux host completes a
+// command whose status has DNR with the error, SCT 3 or not.
 func (p *anaPort) anaStatus(ns *Namespace) nvme.Status {
 	switch p.state(ns.anaGroup) {
 	case nvme.ANAOptimized, nvme.ANANonOptimized:

@@ -9,11 +9,12 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// A checklist of what the Linux host relies on, item by item (each
-// subtest names its item), for the items the core owns. Items 1, 2 and 5
-// (ICResp, C2H PDU rules, R2T) are transport rules tested in target/tcp;
-// 15 is not a target property.
-// Most items are also covered in depth by the tests named in each comment.
+// A checklist of what the Linux host relies on, item by item (each subtest
+// names its item), for the items the core owns. Items 1, 2 and 5 (ICResp, C2H
+// PDU rules, R2T) are transport rules tested in target/tcp; 10 and 11
+// (multipath, ANA) are TestMultiNode; 15 (the need for a test initiator of
+// our own) is not a target property. Most items are also covered in depth by
+// the tests named in each comment.
 func TestChecklistTLDR(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.InCapsuleDataSize = -1 })
 	a := env.standard()
@@ -82,7 +83,7 @@ func TestChecklistTLDR(t *testing.T) {
 	// #14: discovery entries (TestDiscovery).
 }
 
-// Checklist #10, #11, §6.1, §6.5: three nodes export the same volume; the
+// Items #10 and #11 (multipath, ANA): three nodes export the same volume; the
 // host must see identical identities, distinct CNTLIDs, one optimized path,
 // SCT 3 on the others, and an ANA event on every controller when the leader
 // moves.

@@ -136,7 +136,7 @@ func (sq *SQ) Depth() int {
 // InCapsuleDataLimit returns the most in-capsule data a command may carry:
 // 8 KiB before Connect and on the admin queue, IOCCSZ×16−64 on I/O queues.
 // Fabrics commands (nvme.Command.IsFabrics) always accept 8 KiB (NVMe/TCP
-// 1.0 §3.3; checklist §1.5).
+// 1.0 §3.3).
 func (sq *SQ) InCapsuleDataLimit() int {
 	if !sq.connected.Load() || sq.qid == 0 {
 		return nvme.AdminICDSize
@@ -232,9 +232,9 @@ func (r *Request) expectData(dir DataDir, want uint32) nvme.Status {
 }
 
 // checkSGL validates the data SGL descriptor of a command that moves
-// TransferLen bytes (NVMe/TCP 1.0 §3.3; checklist §1.8): Data Block/Offset
-// for in-capsule write data (offset 0, within the in-capsule limit) or
-// Transport Data Block for R2T/C2HData transfers.
+// TransferLen bytes (NVMe/TCP 1.0 §3.3): Data Block/Offset for in-capsule
+// write data (offset 0, within the in-capsule limit) or Transport Data Block
+// for R2T/C2HData transfers.
 func (r *Request) checkSGL() nvme.Status {
 	switch r.Cmd.SGLIdentifier() {
 	case nvme.SGLDataBlockOffset:

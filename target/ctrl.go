@@ -227,10 +227,10 @@ func (c *Controller) setKATO(ms uint32) {
 	}
 }
 
-// keepAliveLoop enforces KATO (NVMe Base 2.0 §3.9; checklist §3.6): when no
-// Keep Alive (or other admin command) arrived within KATO plus the grace,
-// the controller fails (CSTS.CFS) and the association is torn down. It is
-// the only goroutine of a controller and exits when the controller dies.
+// keepAliveLoop enforces KATO (NVMe Base 2.0 §3.9): when no Keep Alive (or
+// other admin command) arrived within KATO plus the grace, the controller
+// fails (CSTS.CFS) and the association is torn down. It is the only goroutine
+// of a controller and exits when the controller dies.
 func (c *Controller) keepAliveLoop() {
 	defer c.t.ctrlWG.Done()
 	var timer clock.Timer
@@ -272,10 +272,10 @@ func (c *Controller) expire() {
 	c.destroy(ErrKeepAliveExpired)
 }
 
-// setCC applies a Property Set of CC (NVMe Base 2.0 §3.1.4.5; checklist
-// §2.2, as nvmet_update_cc): EN 0→1 sets RDY when the queue entry sizes and
-// page size are the NVM ones, else CFS; EN 1→0 clears RDY and deletes the
-// I/O queues; SHN 00→01/10 flushes the namespaces and reports SHST 10b.
+// setCC applies a Property Set of CC (NVMe Base 2.0 §3.1.4.5, as
+// nvmet_update_cc): EN 0→1 sets RDY when the queue entry sizes and page size
+// are the NVM ones, else CFS; EN 1→0 clears RDY and deletes the I/O queues;
+// SHN 00→01/10 flushes the namespaces and reports SHST 10b.
 func (c *Controller) setCC(v uint32) {
 	var reset []*SQ
 	shutdown := false

@@ -8,9 +8,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// NVMe Base 2.0 §5.2 (checklist §3.6): AERs are long-lived, events queue
-// while none is outstanding, an event kind stays masked until its log is
-// read with RAE=0, AERL+1 is the limit, and teardown aborts the AERs.
+// NVMe Base 2.0 §5.2: AERs are long-lived, events queue while none is
+// outstanding, an event kind stays masked until its log is read with RAE=0,
+// AERL+1 is the limit, and teardown aborts the AERs.
 func TestAsyncEvents(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -81,9 +81,9 @@ func TestAsyncEvents(t *testing.T) {
 	}
 }
 
-// NVMe Base 2.0 §3.9 (checklist §3.6, §7 #12): the Connect KATO is
-// enforced with a small grace; Keep Alive restarts the timer; expiry tears
-// down the whole association and frees the CNTLID.
+// NVMe Base 2.0 §3.9: the Connect KATO is enforced with a small grace; Keep
+// Alive restarts the timer; expiry tears down the whole association and frees
+// the CNTLID.
 func TestKeepAliveExpiry(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.KeepAliveGrace = 500 * time.Millisecond })
 	a := env.standard()
@@ -135,8 +135,8 @@ func TestKeepAliveExpiry(t *testing.T) {
 	waitClosed(t, b.admin)
 }
 
-// Checklist §3.6: KATO 0 disables the timer for I/O controllers; discovery
-// controllers then get DiscoveryKATO (SPDK's 120 s).
+// KATO 0 disables the timer for I/O controllers; discovery controllers then
+// get DiscoveryKATO (SPDK's 120 s).
 func TestKeepAliveZero(t *testing.T) {
 	env := newEnv(t)
 	a := env.connectAdmin(testSubNQN, testHostNQN, env.ports[0], 0)
@@ -149,8 +149,9 @@ func TestKeepAliveZero(t *testing.T) {
 	}
 }
 
-// Checklist §3.6, §6.4: closing the admin queue destroys the controller
-// and closes its I/O queues; closing an I/O queue frees only its QID.
+// Closing the admin queue destroys the controller and closes its I/O queues
+// (the Linux host then reconnects with a new admin Connect); closing an I/O
+// queue frees only its QID.
 func TestAdminReleaseDestroysController(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -212,8 +213,10 @@ func TestHostAccess(t *testing.T) {
 	}
 }
 
-// Checklist §6.5: dynamic CNTLIDs come from the configured range (disjoint
-// per node) and are unique; an exhausted range answers Controller Busy.
+// Dynamic CNTLIDs come from the configured range (disjoint per node: the
+// Linux host rejects a controller whose CNTLID another controller of the
+// subsystem already has) and are unique; an exhausted range answers
+// Controller Busy.
 func TestCNTLIDRange(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.CNTLIDMin, c.CNTLIDMax = 0x2001, 0x2003 })
 	seen := map[uint16]bool{}

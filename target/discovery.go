@@ -9,9 +9,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// The discovery controller (NVMe-oF 1.1 §5; checklist §5). Hosts connect
-// to nqn.2014-08.org.nvmexpress.discovery on any port and read the
-// discovery log page (LID 70h), filtered by host NQN:
+// The discovery controller (NVMe-oF 1.1 §5). Hosts connect to
+// nqn.2014-08.org.nvmexpress.discovery on any port and read the discovery log
+// page (LID 70h), filtered by host NQN:
 //
 //	local subsystems the host may access (NQN order)  × local ports (PORTID order)
 //	remote subsystems the host may access (NQN order) × their ports (PORTID, TRADDR, TRSVCID order)
@@ -190,7 +190,8 @@ func (t *Target) discoveryLog(hostNQN string) []byte {
 		p := de.port
 		e := nvme.DiscoveryLogEntry{
 			TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
-			// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2 (checklist §7 #1).
+			// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2, and a
+			// kernel without NVMe/TCP TLS (Debian 12's) then fails the connect.
 			TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
 			ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: de.nqn,
 			TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,

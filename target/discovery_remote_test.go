@@ -29,12 +29,11 @@ func entryKeys(t *testing.T, entries []nvme.DiscoveryLogEntry) []string {
 	return keys
 }
 
-// The discovery log with remote subsystems (NVMe-oF 1.1 §5.3, checklist
-// §5): per host, local subsystems × local ports, then remote subsystems ×
-// their ports, in a fixed order, each (SUBNQN, PORTID, TRADDR, TRSVCID)
-// once; GENCTR and the discovery AEN move only when the set changes. The
-// steps run in order on one target: "vol" is local (host A only, ports 1
-// and 2), "r" only remote.
+// The discovery log with remote subsystems (NVMe-oF 1.1 §5.3): per host,
+// local subsystems × local ports, then remote subsystems × their ports, in a
+// fixed order, each (SUBNQN, PORTID, TRADDR, TRSVCID) once; GENCTR and the
+// discovery AEN move only when the set changes. The steps run in order on one
+// target: "vol" is local (host A only, ports 1 and 2), "r" only remote.
 func TestDiscoveryRemoteSubsystems(t *testing.T) {
 	const r = "nqn.2024-01.io.basalt:r"
 	p10 := PortConfig{ID: 10, TRADDR: "198.51.100.10", TRSVCID: "4420"}

@@ -7,7 +7,7 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// readDiscoveryLog reads the log as libnvme does (checklist §5): the
+// readDiscoveryLog reads the log as libnvme's nvme_discovery_log does: the
 // 1024-byte header with RAE=1, then header+entries in 4 KiB chunks with
 // offsets and RAE=0; it checks GENCTR did not move in between.
 func readDiscoveryLog(t *testing.T, q *fakeQueue) (genctr uint64, entries []nvme.DiscoveryLogEntry) {
@@ -30,10 +30,10 @@ func readDiscoveryLog(t *testing.T, q *fakeQueue) (genctr uint64, entries []nvme
 	return genctr, entries
 }
 
-// NVMe-oF 1.1 §5 (checklist §5, §7 #1, #22): the discovery controller and
-// its log: entries for every subsystem the host may access × its ports
-// (this node's and the other nodes'), TREQ 0, SECTYPE 0, distinct PORTIDs,
-// GENCTR and the discovery AEN on change, offsets.
+// NVMe-oF 1.1 §5: the discovery controller and its log: entries for every
+// subsystem the host may access × its ports (this node's and the other
+// nodes'), TREQ 0 (libnvme < 1.7 turns TLS on for TREQ 1 or 2), SECTYPE 0,
+// distinct PORTIDs, GENCTR and the discovery AEN on change, offsets.
 func TestDiscovery(t *testing.T) {
 	env := newEnv(t)
 	if _, err := env.tgt.AddSubsystem(SubsystemConfig{NQN: "nqn.2024-01.io.basalt:open", AllowAnyHost: true}); err != nil {

@@ -55,7 +55,7 @@ func connectError(r *Request, status nvme.Status, inData bool, offset uint16) {
 }
 
 // executeConnect binds the queue to a new controller (QID 0) or to an
-// existing one (QID > 0) (NVMe-oF 1.1 §3.3; checklist §2.1).
+// existing one (QID > 0) (NVMe-oF 1.1 §3.3).
 func executeConnect(r *Request) {
 	sq := r.sq
 	cmd := r.Cmd.DecodeConnect()
@@ -90,9 +90,9 @@ func executeConnect(r *Request) {
 	}
 }
 
-// connectAdmin creates a controller with a dynamic CNTLID (checklist §2.1:
-// CNTLID must be FFFFh; unknown SUBNQN → Invalid Parameters on SUBNQN;
-// host not allowed → Invalid Host).
+// connectAdmin creates a controller with a dynamic CNTLID (the Connect data's
+// CNTLID must be FFFFh; unknown SUBNQN → Invalid Parameters on SUBNQN; host
+// not allowed → Invalid Host).
 func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectData) {
 	sq := r.sq
 	if d.CNTLID != nvme.CNTLIDDynamic {
@@ -147,9 +147,9 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 	sq.complete(r, nvme.StatusSuccess)
 }
 
-// connectIO attaches an I/O queue to the controller named by the Connect
-// data (checklist §2.1: controller found by SUBNQN, HOSTNQN and CNTLID;
-// SQSIZE ≤ MQES; QID within the granted queues; controller enabled).
+// connectIO attaches an I/O queue to the controller named by the Connect data
+// (controller found by SUBNQN, HOSTNQN and CNTLID; SQSIZE ≤ MQES; QID within
+// the granted queues; controller enabled).
 func (t *Target) connectIO(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectData) {
 	sq := r.sq
 	t.mu.Lock()
@@ -228,8 +228,8 @@ func (t *Target) subsystemLocked(nqn string) *Subsystem {
 	return t.mu.subsystems[nqn]
 }
 
-// capProperty returns the CAP property (NVMe Base 2.0 §3.1.4.1; checklist §2.2):
-// MQES, CQR 1, TO 15 (7.5 s), CSS NVM only, MPSMIN = MPSMAX = 0 (4 KiB).
+// capProperty returns the CAP property (NVMe Base 2.0 §3.1.4.1): MQES, CQR 1,
+// TO 15 (7.5 s), CSS NVM only, MPSMIN = MPSMAX = 0 (4 KiB).
 func (c *Controller) capProperty() uint64 {
 	// Discovery controllers report the same MQES as I/O controllers, as
 	// nvmet does: the Linux host warns when its queue_size exceeds MQES+1,

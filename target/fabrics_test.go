@@ -7,9 +7,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// NVMe-oF 1.1 §3.3, §3.4, §3.5 and checklist §2.5: the exact sequence a
-// Linux host (`nvme connect`) runs, end to end, with the checks the host
-// makes at each step.
+// NVMe-oF 1.1 §3.3, §3.4, §3.5: the exact sequence a Linux host
+// (`nvme connect`) runs, end to end, with the checks the host makes at each
+// step.
 func TestLinuxConnectSequence(t *testing.T) {
 	env := newEnv(t)
 	admin := newFakeQueue(env.tgt, env.ports[0])
@@ -157,8 +157,8 @@ func TestLinuxConnectSequence(t *testing.T) {
 	}
 }
 
-// NVMe-oF 1.1 §3.3 (checklist §2.1): every Connect failure, with the
-// status, DNR and the IPO/IATTR error location the host decodes.
+// NVMe-oF 1.1 §3.3: every Connect failure, with the status, DNR and the
+// IPO/IATTR error location the host decodes.
 func TestConnectErrors(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.MQES = 63 })
 	a := env.connectAdmin(testSubNQN, testHostNQN, env.ports[0], 5000)
@@ -261,8 +261,8 @@ func TestCommandsBeforeConnect(t *testing.T) {
 	}
 }
 
-// NVMe-oF 1.1 §3.4, §3.5 (checklist §2.2): Property Get/Set sizes and
-// offsets, and the CC state machine.
+// NVMe-oF 1.1 §3.4, §3.5: Property Get/Set sizes and offsets, and the CC
+// state machine.
 func TestProperties(t *testing.T) {
 	env := newEnv(t, func(c *Config, _ *SubsystemConfig) { c.MQES = 255 })
 	a := env.standard()
@@ -353,8 +353,8 @@ func waitCSTS(t *testing.T, q *fakeQueue, mask, want uint32) {
 	t.Fatalf("CSTS never reached %#x under mask %#x", want, mask)
 }
 
-// NVMe-oF 1.1 §2.2 (checklist §7 #10): SQHD advances modulo SQSIZE+1, and
-// is FFFFh when SQ flow control is disabled.
+// NVMe-oF 1.1 §2.2: SQHD advances modulo SQSIZE+1 in every completion, and is
+// FFFFh when SQ flow control is disabled.
 func TestSQHD(t *testing.T) {
 	env := newEnv(t)
 	a := env.connectAdmin(testSubNQN, testHostNQN, env.ports[0], 0)

@@ -4,10 +4,10 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// Get/Set Features (NVMe Base 2.0 §5.15, §5.27; checklist §3.4). Features
-// are per controller and not saveable. Number of Queues, Keep Alive Timer,
-// Asynchronous Event Configuration and Volatile Write Cache change the
-// controller's behaviour; the others are accepted and reported back.
+// Get/Set Features (NVMe Base 2.0 §5.15, §5.27). Features are per controller
+// and not saveable. Number of Queues, Keep Alive Timer, Asynchronous Event
+// Configuration and Volatile Write Cache change the controller's behaviour;
+// the others are accepted and reported back.
 
 const (
 	featOffsetFID  = nvme.SQEOffsetCDW10

@@ -305,7 +305,7 @@ func (q *fakeQueue) mustDo(tb testing.TB, cmd nvme.Command, data []byte) (nvme.C
 	return cpl, out
 }
 
-// ---- command builders (the Linux host's encodings, checklist §1.8, §2, §3) ----
+// ---- command builders (the Linux host's encodings) ----
 
 var cidCounter atomic.Uint32
 
@@ -458,8 +458,8 @@ type assoc struct {
 	port   *Port
 }
 
-// connectAdmin opens the admin queue and enables the controller (the
-// Linux order, checklist §2.2).
+// connectAdmin opens the admin queue and enables the controller in the Linux
+// order: Connect, CC with EN=0, CC with EN=1, then CSTS.
 func (env *testEnv) connectAdmin(subnqn, hostnqn string, port *Port, kato uint32) *assoc {
 	tb := env.tb
 	tb.Helper()

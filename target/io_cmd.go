@@ -5,11 +5,10 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// NVM command set I/O commands (NVM Command Set 1.0 §3; checklist §4):
-// Read, Write, Flush, Write Zeroes, Dataset Management. Parsing runs on the
-// receive goroutine and takes no locks; execution runs on a queue worker,
-// or inline on the receive goroutine when the backend never blocks
-// (NonBlocker).
+// NVM command set I/O commands (NVM Command Set 1.0 §3): Read, Write, Flush,
+// Write Zeroes, Dataset Management. Parsing runs on the receive goroutine and
+// takes no locks; execution runs on a queue worker, or inline on the receive
+// goroutine when the backend never blocks (NonBlocker).
 
 const (
 	ioOffsetSLBA  = nvme.SQEOffsetCDW10     // CDW10-11
@@ -86,9 +85,9 @@ func (sq *SQ) parseReadWrite(r *Request, ns *Namespace) nvme.Status {
 }
 
 // parseDSM accepts a payload of exactly NR+1 ranges, or the whole 4096-byte
-// range list: SGLS bit 16 is 0, so a longer SGL is Data SGL Length
-// Invalid, but Linux hosts send the whole list whatever NR is (checklist
-// §4.1: nvme_setup_discard allocates NVME_DSM_MAX_RANGES ranges), and
+// range list: SGLS bit 16 is 0, so a longer SGL is Data SGL Length Invalid,
+// but Linux hosts send the whole list whatever NR is (nvme_setup_discard in
+// drivers/nvme/host/core.c allocates NVME_DSM_MAX_RANGES ranges), and
 // refusing it would fail every discard they send.
 func (sq *SQ) parseDSM(r *Request) nvme.Status {
 	nr := r.Cmd.CDW(10)&0xFF + 1

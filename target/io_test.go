@@ -20,9 +20,9 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-// NVM Command Set 1.0 §3.2.4, §3.2.6 (checklist §1.8, §4.1): Write then Read
-// returns the data, with in-capsule and R2T-style (transport SGL) writes,
-// on 512 B and 4 KiB namespaces, up to MDTS.
+// NVM Command Set 1.0 §3.2.4, §3.2.6: Write then Read returns the data, with
+// in-capsule and R2T-style (transport SGL) writes, on 512 B and 4 KiB
+// namespaces, up to MDTS.
 func TestReadWriteRoundTrip(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -57,8 +57,8 @@ func TestReadWriteRoundTrip(t *testing.T) {
 	}
 }
 
-// Checklist §4.1, §4.2, §1.8: the checks every I/O command passes, with
-// the status (and DNR) the Linux host expects.
+// The checks every I/O command passes, with the status (and DNR) the Linux
+// host expects.
 func TestIOErrors(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -115,8 +115,8 @@ func TestIOErrors(t *testing.T) {
 	}
 }
 
-// Checklist §4.1: FUA reaches the backend; Flush flushes; a disabled write
-// cache makes every write FUA; Flush NSID FFFFFFFFh flushes every namespace.
+// FUA reaches the backend; Flush flushes; a disabled write cache makes every
+// write FUA; Flush NSID FFFFFFFFh flushes every namespace.
 func TestWriteFUAAndFlush(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -150,9 +150,10 @@ func TestWriteFUAAndFlush(t *testing.T) {
 	expectStatus(t, "broadcast flush failure", cpl, nvme.StatusWriteFault)
 }
 
-// NVM Command Set 1.0 §3.2.3 (checklist §4.1, §7 #19): DSM carries a
-// 4096-byte payload whatever NR is; only NR+1 ranges are parsed; every range
-// is checked before any is trimmed; without AD nothing happens.
+// NVM Command Set 1.0 §3.2.3: DSM carries a 4096-byte payload whatever NR is
+// (the Linux host always sends the whole range list); only NR+1 ranges are
+// parsed; every range is checked before any is trimmed; without AD nothing
+// happens.
 func TestDatasetManagement(t *testing.T) {
 	env := newEnv(t)
 	a := env.standard()
@@ -217,8 +218,8 @@ func TestDatasetManagement(t *testing.T) {
 	}
 }
 
-// Checklist §4.2, §4.3: backend error classes become NVMe status in one
-// place; path errors never carry DNR.
+// Backend error classes become NVMe status in one place; path errors never
+// carry DNR.
 func TestStatusFromError(t *testing.T) {
 	for _, tc := range []struct {
 		err  error

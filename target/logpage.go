@@ -5,9 +5,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// Get Log Page (NVMe Base 2.0 §5.16; checklist §3.5). Every log is built
-// whole and then copied from the requested offset (LPOL/LPOU, dword
-// aligned); the part of the transfer beyond the log's end is zero-filled.
+// Get Log Page (NVMe Base 2.0 §5.16). Every log is built whole and then
+// copied from the requested offset (LPOL/LPOU, dword aligned); the part of
+// the transfer beyond the log's end is zero-filled.
 
 const (
 	logOffsetLID  = nvme.SQEOffsetCDW10

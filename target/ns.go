@@ -137,7 +137,7 @@ func (s *Subsystem) newNamespace(cfg NamespaceConfig, tab *nsTable) (*Namespace,
 	}
 	bs := cfg.Backend.BlockSize()
 	size := cfg.Backend.Size()
-	// NVM Command Set 1.0 §4.1.5.1 (checklist §3.2): the Linux host accepts
+	// NVM Command Set 1.0 §4.1.5.1: the Linux host accepts
 	// LBA sizes of 512 B to 4 KiB.
 	if bs < 512 || bs > 4096 || bs&(bs-1) != 0 {
 		return nil, fmt.Errorf("%w: namespace %d: block size %d", ErrInvalidConfig, cfg.NSID, bs)
@@ -277,7 +277,9 @@ func (s *Subsystem) NotifyNamespaceChanged(nsid uint32) error {
 }
 
 // identify fills an Identify Namespace structure (NVM Command Set 1.0
-// §4.1.5.1; values as checklist §3.2).
+// §4.1.5.1): NCAP = NSZE (NCAP 0 makes the Linux host drop the namespace) and
+// NMIC 1 (shared), without which the host refuses the same NSID on a second
+// controller.
 func (ns *Namespace) identify() nvme.IdentifyNamespace {
 	nsze := ns.nsze.Load()
 	return nvme.IdentifyNamespace{

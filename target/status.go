@@ -8,9 +8,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// statusFromError maps a backend error to the NVMe status the host sees —
-// the one place where storage errors become wire status (cf. nvmet's
-// blk_to_nvme_status; checklist §4.2, §4.3):
+// statusFromError maps a backend error to the NVMe status the host sees — the
+// one place where storage errors become wire status (cf. nvmet's
+// blk_to_nvme_status):
 //
 //	nil                     → Success
 //	nvme.Status (wrapped)   → itself (a backend may answer in NVMe terms)

@@ -284,7 +284,7 @@ func (pc *PortConfig) normalize() error {
 		return nil
 	}
 	if addr.IsUnspecified() {
-		// NVMe-oF 1.1 §5.3 (checklist §5): a host cannot connect to a wildcard.
+		// NVMe-oF 1.1 §5.3: a host cannot connect to a wildcard.
 		return fmt.Errorf("%w: port %d: wildcard TRADDR %q cannot be advertised", ErrInvalidConfig, pc.ID, pc.TRADDR)
 	}
 	if pc.ADRFAM == 0 {

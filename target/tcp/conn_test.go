@@ -100,8 +100,8 @@ func TestSecondICReqIsSequenceError(t *testing.T) {
 	h.expectTermReq(nvme.FESPDUSequenceError, 0)
 }
 
-// Checklist §1.9: header violations after the handshake end the connection
-// with the FES/FEI of the lowest bad field and the offending header.
+// Header violations after the handshake end the connection with the FES/FEI
+// of the lowest bad field and the offending header.
 func TestHeaderViolationsTerminate(t *testing.T) {
 	checkNoGoroutineLeaks(t)
 	s := startServer(t, testOptions(), nil)
@@ -152,8 +152,8 @@ func TestHostTermReqClosesSilently(t *testing.T) {
 	waitFor(t, func() bool { return core.released.Load() == 1 })
 }
 
-// Checklist §1.7: digests are CRC32C, present on every PDU once negotiated;
-// the whole write (ICD and R2T) and read path works with every combination.
+// Digests are CRC32C, present on every PDU once negotiated; the whole write
+// (ICD and R2T) and read path works with every combination.
 func TestRoundTripWithEveryDigestCombination(t *testing.T) {
 	checkNoGoroutineLeaks(t)
 	opts := testOptions()
@@ -229,7 +229,7 @@ func TestBadDataDigestTerminates(t *testing.T) {
 	})
 }
 
-// Checklist §1.7: once negotiated, PDUs must carry the digest flags.
+// Once negotiated, PDUs must carry the digest flags.
 func TestMissingDigestFlagsTerminate(t *testing.T) {
 	checkNoGoroutineLeaks(t)
 	s := startServer(t, testOptions(), nil)
@@ -241,9 +241,10 @@ func TestMissingDigestFlagsTerminate(t *testing.T) {
 	h.expectTermReq(nvme.FESInvalidHeaderField, nvme.OffsetFlags)
 }
 
-// Checklist §1.5 #1: 8 KiB of in-capsule data on the admin queue and for
-// Fabrics commands; on I/O queues the larger of that and the queue's limit.
-// Beyond the queue's largest ICD the PDU is refused with FES 05h.
+// 8 KiB of in-capsule data on the admin queue and for Fabrics commands (the
+// Linux host's NVME_TCP_ADMIN_CCSZ); on I/O queues the larger of that and the
+// queue's limit. Beyond the queue's largest ICD the PDU is refused with FES
+// 05h.
 func TestInCapsuleDataLimits(t *testing.T) {
 	checkNoGoroutineLeaks(t)
 	s := startServer(t, testOptions(), func(c *fakeCore) { c.icdLimit = 16384 })

@@ -397,8 +397,8 @@ type pdu struct {
 	data []byte
 }
 
-// readPDU reads one controller-to-host PDU and checks its framing and
-// digests the way the Linux host does (H-TCP nvme_tcp_recv_pdu).
+// readPDU reads one controller-to-host PDU and checks its framing and digests
+// the way the Linux host does (nvme_tcp_recv_pdu in drivers/nvme/host/tcp.c).
 func (h *testHost) readPDU() pdu {
 	h.t.Helper()
 	p, err := h.tryReadPDU()

@@ -96,8 +96,8 @@ func validateICReq(r nvme.ICReq, o *Options) violation {
 //   - a second ICReq is a PDU sequence error (SPDK nvmf_tcp_pdu_ch_handle,
 //     nvmet), not an invalid type;
 //   - DDGSTF is required only on PDUs that carry data: the Linux host sets it
-//     only when there is data (H-TCP nvme_tcp_setup_cmd_pdu), and nvmet
-//     checks "len && !DDGSTF".
+//     only when there is data (nvme_tcp_setup_cmd_pdu in
+//     drivers/nvme/host/tcp.c), and nvmet checks "len && !DDGSTF".
 //
 // PDO alignment is checked only when CPDA is non-zero (SPDK
 // nvmf_tcp_pdu_ch_handle); this controller always sends CPDA 0.

@@ -7,9 +7,8 @@ import (
 )
 
 // Header validation follows FreeBSD's nvmf_tcp_validate_pdu_header (the
-// clearest transcription of NVMe/TCP 1.0 §3.6.2 found; checklist §1.9):
-// every field violation must produce the exact FES and FEI, lowest field
-// first.
+// clearest transcription of NVMe/TCP 1.0 §3.6.2 found): every field violation
+// must produce the exact FES and FEI, lowest field first.
 
 func ch(t nvme.PDUType, flags, hlen, pdo uint8, plen uint32) nvme.CommonHeader {
 	return nvme.CommonHeader{Type: t, Flags: flags, HLEN: hlen, PDO: pdo, PLEN: plen}
@@ -44,12 +43,13 @@ func TestValidateHeaderReportsLowestBadFieldFirst(t *testing.T) {
 		{name: "unknown type 0x0a", p: plain, ch: ch(0x0a, 0, 24, 0, 24), fes: 1, fei: 0},
 		// NVMe/TCP 1.0 §3.6.2.2: ICReq only as the first PDU (SPDK: sequence error).
 		{name: "second ICReq", p: plain, ch: ch(nvme.PDUICReq, 0, 128, 0, 128), fes: 2, fei: 0},
-		// Flags allowed per type (checklist §1.2).
+		// Flags allowed per type: LAST_PDU only on data PDUs, SUCCESS only
+		// on C2HData, no digest flags on TermReq, no reserved bits.
 		{name: "CapsuleCmd LAST_PDU", p: plain, ch: ch(nvme.PDUCapsuleCmd, lp, 72, 0, 72), fes: 1, fei: 1},
 		{name: "H2CData SUCCESS", p: plain, ch: ch(nvme.PDUH2CData, nvme.FlagSuccess, 24, 0, 24), fes: 1, fei: 1},
 		{name: "H2CTermReq HDGSTF", p: digests, ch: ch(nvme.PDUH2CTermReq, hd, 24, 0, 24), fes: 1, fei: 1},
 		{name: "reserved flag bit 7", p: plain, ch: ch(nvme.PDUCapsuleCmd, 0x80, 72, 0, 72), fes: 1, fei: 1},
-		// §3.6.3 / checklist §1.7: digests present iff negotiated.
+		// §3.6.3: digests present iff negotiated.
 		{name: "HDGSTF missing", p: digests, ch: ch(nvme.PDUCapsuleCmd, 0, 72, 0, 72), fes: 1, fei: 1},
 		{name: "HDGSTF not negotiated", p: plain, ch: ch(nvme.PDUCapsuleCmd, hd, 72, 0, 76), fes: 1, fei: 1},
 		{name: "DDGSTF not negotiated", p: plain, ch: ch(nvme.PDUCapsuleCmd, dd, 72, 72, 72+512+4), fes: 1, fei: 1},

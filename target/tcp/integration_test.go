@@ -13,9 +13,9 @@ import (
 
 // The real core (target.Target) behind this transport, driven with raw PDUs
 // in the order the Linux host uses when it runs `nvme connect`
-// (checklist §2.5, H-TCP nvme_tcp_setup_ctrl + H-CORE): ICReq, admin
-// Connect, Property Get CAP/VS, Property Set CC, Property Get CSTS,
-// Identify Controller, Set Features Number of Queues, Identify namespace
+// (drivers/nvme/host/tcp.c nvme_tcp_setup_ctrl and core.c): ICReq, admin
+// Connect, Property Get CAP/VS, Property Set CC, Property Get CSTS, Identify
+// Controller, Set Features Number of Queues, Identify namespace
 // list/namespace/descriptors, then an I/O queue connection doing writes
 // (in-capsule and R2T) and reads.
 
@@ -167,10 +167,11 @@ func TestLinuxConnectSequenceAgainstRealCore(t *testing.T) {
 	io.expectClosed()
 }
 
-// linuxAdminSetup runs the admin queue part of `nvme connect` (H-TCP
-// nvme_tcp_alloc_admin_queue, nvmf_connect_admin_queue, H-CORE
+// linuxAdminSetup runs the admin queue part of `nvme connect` (the Linux
+// host's nvme_tcp_alloc_admin_queue, nvmf_connect_admin_queue,
 // nvme_enable_ctrl, nvme_init_ctrl_finish, nvme_set_queue_count,
-// nvme_scan_work) and returns the admin host and the CNTLID.
+// nvme_scan_work in drivers/nvme/host) and returns the admin host and the
+// CNTLID.
 func linuxAdminSetup(t *testing.T, rt *realTarget) (*testHost, uint16) {
 	admin := rt.dial(t, 0)
 	cntlid := admin.connectCtrl(0, 31, nvme.CNTLIDDynamic, 0)

@@ -17,11 +17,11 @@ import (
 
 // Queue depth, teardown and listener behaviour.
 
-// Checklist §7 #9: a queue holds SQSIZE+1 commands at once; CIDs are
-// reused right after completion. 128 pipelined commands (reads and
-// writes) on a queue of SQSIZE 127 all complete, each exactly once,
-// whether the core completes them on other goroutines, inline in Execute
-// (while the receiver is busy and the sender's wake-up deferred), or both.
+// A queue holds SQSIZE+1 commands at once; the Linux host reuses a CID right
+// after its completion. 128 pipelined commands (reads and writes) on a queue
+// of SQSIZE 127 all complete, each exactly once, whether the core completes
+// them on other goroutines, inline in Execute (while the receiver is busy and
+// the sender's wake-up deferred), or both.
 func TestPipelines128Commands(t *testing.T) {
 	for _, mode := range []struct {
 		name      string

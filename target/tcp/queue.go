@@ -516,11 +516,10 @@ func (q *queue) collectReleased() {
 	}
 }
 
-// maybeGrow sets the queue up once it is connected: Depth()+1 slots,
-// because the Linux host reuses a CID as soon as it sees the completion
-// (checklist §7 #9); the queue's ICD limit; the controller's write budget;
-// the end of the Connect deadline; and, on an I/O queue, the full read
-// buffer (growReadBuffer).
+// maybeGrow sets the queue up once it is connected: Depth()+1 slots, because
+// the Linux host reuses a CID as soon as it sees the completion; the queue's
+// ICD limit; the controller's write budget; the end of the Connect deadline;
+// and, on an I/O queue, the full read buffer (growReadBuffer).
 func (q *queue) maybeGrow() {
 	if q.grown || !q.core.Connected() {
 		return

@@ -10,12 +10,11 @@ import (
 	"basalt/pkg/nvme/host"
 )
 
-// TestEveryNodeExportsTheSamePaths checks what the Linux host needs to
-// merge the paths into one multipath device (checklist §6): every node's
-// discovery log lists every node's port for the volume, with distinct
-// port IDs; the controllers of all nodes report the same subsystem,
-// serial, model and namespace identifiers, controller IDs from disjoint
-// ranges, and exactly one optimized path.
+// TestEveryNodeExportsTheSamePaths checks what the Linux host needs to merge
+// the paths into one multipath device: every node's discovery log lists every
+// node's port for the volume, with distinct port IDs; the controllers of all
+// nodes report the same subsystem, serial, model and namespace identifiers,
+// controller IDs from disjoint ranges, and exactly one optimized path.
 func TestEveryNodeExportsTheSamePaths(t *testing.T) {
 	tc := startCluster(t, opts{nodes: 3})
 	v := tc.createVolume("paths", 16<<20, 3)

@@ -86,7 +86,8 @@ func section(t *testing.T, console, name string) string {
 
 // checkDiscovery asserts that the discovery log the allowed host saw lists
 // the subsystem at the advertised address, with values a Debian 12 host can
-// use (checklist §5, §7 #1), and that the other host did not see it.
+// use (TREQ not specified, SECTYPE none: its libnvme 1.3 turns TLS on for
+// TREQ 1 or 2), and that the other host did not see it.
 func checkDiscovery(t *testing.T, console string, tg target) {
 	t.Helper()
 	out := section(t, console, "discover")

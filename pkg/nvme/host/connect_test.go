@@ -36,7 +36,7 @@ func dialFake(t testing.TB, f *fakeTarget, opts Options) *Controller {
 	return c
 }
 
-// Checklist §2.5: the exact order of what `nvme connect` sends.
+// The exact order of what `nvme connect` sends.
 func TestDialFollowsLinuxSequence(t *testing.T) {
 	f := newFakeTarget(t, fakeConfig{})
 	c := dialFake(t, f, Options{})
@@ -125,7 +125,8 @@ func TestDialRejectsIdentifyController(t *testing.T) {
 	}
 }
 
-// Checklist §2.1: I/O SQSIZE = min(queue_size, CAP.MQES+1, MAXCMD) - 1.
+// I/O SQSIZE = min(queue_size, CAP.MQES+1, MAXCMD) - 1, as the Linux host
+// clamps it.
 func TestDialClampsQueueDepth(t *testing.T) {
 	tests := []struct {
 		name          string
@@ -186,9 +187,8 @@ func TestOptionsValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
-// Checklist §3.6, §6.3: with ANA, the host reads the ANA log at connect,
-// configures AENs, keeps one AER outstanding, and re-reads the log on an
-// ANA change notice.
+// With ANA, the host reads the ANA log at connect, configures AENs, keeps one
+// AER outstanding, and re-reads the log on an ANA change notice.
 func TestANAChangeEventRereadsLog(t *testing.T) {
 	f := newFakeTarget(t, fakeConfig{ANA: true})
 	c := dialFake(t, f, Options{})
@@ -248,7 +248,7 @@ func TestWaitAsyncEventWithoutOAES(t *testing.T) {
 	}
 }
 
-// Keep Alive every KATO/2 on the injected clock (checklist §3.6).
+// Keep Alive every KATO/2 on the injected clock, as the Linux host sends it.
 func TestKeepAliveEveryHalfKATO(t *testing.T) {
 	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	f := newFakeTarget(t, fakeConfig{})
@@ -276,7 +276,8 @@ func TestKeepAliveDisabled(t *testing.T) {
 	}
 }
 
-// Checklist §2.2: disconnect = CC.SHN 01b with EN kept, then wait SHST 10b.
+// Disconnect = CC.SHN 01b with EN kept, then wait SHST 10b, as
+// `nvme disconnect` does.
 func TestShutdownNotifiesController(t *testing.T) {
 	f := newFakeTarget(t, fakeConfig{})
 	c := dialFake(t, f, Options{})

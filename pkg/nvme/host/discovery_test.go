@@ -22,7 +22,7 @@ func discoveryEntries(n int) []nvme.DiscoveryLogEntry {
 	return es
 }
 
-// Checklist §5: `nvme discover` connects with KATO 0, reads 256 bytes of
+// As `nvme discover` does, the host connects with KATO 0, reads 256 bytes of
 // header, then header+entries in 4 KiB chunks at increasing offsets (RAE on
 // all but the last), then the full header again to compare GENCTR.
 func TestDiscoveryLogReadInChunks(t *testing.T) {

@@ -24,9 +24,9 @@ func pattern(n int, seed uint64) []byte {
 	return b
 }
 
-// NVMe/TCP 1.0 §3.3 and checklist §1.5: writes up to IOCCSZ*16-64 bytes go
-// in the capsule (SGL 01h), larger ones wait for R2T and are answered with
-// H2CData PDUs of at most MAXH2CDATA bytes, LAST_PDU ending each R2T.
+// NVMe/TCP 1.0 §3.3: writes up to IOCCSZ*16-64 bytes go in the capsule (SGL
+// 01h), larger ones wait for R2T and are answered with H2CData PDUs of at
+// most MAXH2CDATA bytes, LAST_PDU ending each R2T.
 func TestWriteInCapsuleOrR2TAtTheBoundary(t *testing.T) {
 	tests := []struct {
 		name                 string
@@ -99,8 +99,8 @@ func TestReadAssemblesC2HData(t *testing.T) {
 	}
 }
 
-// Checklist §1.7: with both digests every PDU carries them, in both
-// directions, over in-capsule and R2T writes.
+// With both digests every PDU carries them, in both directions, over
+// in-capsule and R2T writes.
 func TestDigestsRoundTrip(t *testing.T) {
 	f := newFakeTarget(t, fakeConfig{MAXH2CDATA: 4096, C2HChunk: 3000})
 	c := dialFake(t, f, Options{HeaderDigest: true, DataDigest: true, IOQueues: 2})
@@ -182,7 +182,7 @@ func TestCIDCarriesSlotGeneration(t *testing.T) {
 }
 
 // A controller may complete in any order; the host keeps up to QueueDepth
-// commands in flight per queue and never more (checklist §7 #9).
+// commands in flight per queue and never more.
 func TestPipelinesUpToQueueDepth(t *testing.T) {
 	const depth = 8
 	var mu sync.Mutex
@@ -229,8 +229,8 @@ func TestPipelinesUpToQueueDepth(t *testing.T) {
 	f.checkClean(t)
 }
 
-// Checklist §6.4: when the connection dies, every command in flight fails
-// with ErrConnectionLost, and so does everything after.
+// When the connection dies, every command in flight fails with
+// ErrConnectionLost, and so does everything after.
 func TestConnectionLossFailsInFlightIO(t *testing.T) {
 	var n atomic.Int32
 	f := newFakeTarget(t, fakeConfig{OnIO: func(fc *fakeConn, cmd *nvme.Command, _ []byte) bool {

@@ -10,8 +10,8 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// Checklist §4.3, §6.2: an ANA error (SCT 3, no DNR) makes the host re-read
-// the path's ANA log and resubmit on the best remaining path.
+// An ANA error (SCT 3, no DNR) makes the host re-read the path's ANA log and
+// resubmit on the best remaining path.
 func TestMultiPathFailsOverOnANAError(t *testing.T) {
 	var aReads atomic.Int32
 	a := newFakeTarget(t, fakeConfig{ANA: true})

@@ -11,7 +11,7 @@ import (
 
 // The host must catch controller-side protocol violations the way the Linux
 // host does (mostly: error recovery, i.e. the connection is torn down), so
-// that target bugs surface in our tests. Checklist §1.2, §1.5, §7.
+// that target bugs surface in our tests.
 func TestControllerProtocolViolations(t *testing.T) {
 	resp := func(fc *fakeConn, cid uint16) { fc.sendResp(cid, nvme.StatusSuccess, 0, 0) }
 	tests := []struct {
