@@ -43,10 +43,13 @@ const (
 	// and no data sent, 12,800 R2Ts for 1.6 GiB of buffers grew VmRSS by
 	// 55 MiB, within the bound.)
 	hostileHeldBack = 4 << 10
-	// readmeConnCost is README's per-connection figure ("When things
-	// fail": 75 KiB after ICReq, 7.5 KiB idle; the bound takes 75 KiB for
-	// every connection).
-	readmeConnCost = 75 << 10
+	// README's per-connection figures ("When things fail"): at most
+	// 32 KiB for a connection until its Connect, 64 KiB for an admin
+	// queue, 300 KiB for an I/O queue (its 256 KiB receive buffer and its
+	// state), beyond the data buffers the limits bound.
+	readmePreConnect = 32 << 10
+	readmeAdminQueue = 64 << 10
+	readmeIOQueue    = 300 << 10
 	hostileNQN     = "nqn.2026-11.io.basalt:hostile"
 	hostileNSSize  = 16 << 20
 	hostileBlock   = 4096
@@ -90,10 +93,11 @@ allow_any_host = true
 // The node's resident memory (VmRSS, the largest of five samples over
 // about a second) grows by no more than the bound README states:
 //
-//	max_write_bytes + max_read_bytes + 75 KiB × connections
-//	= 64 MiB + 64 MiB + 75 KiB × (2,000 + 500 + 2 × 100 + 2)
+//	max_write_bytes + max_read_bytes + 32 KiB × connections before Connect
+//	  + 64 KiB × admin queues + 300 KiB × I/O queues
+//	= 64 MiB + 64 MiB + 32 KiB × 2,500 + 64 KiB × 101 + 300 KiB × 101
 //
-// (the last 2: the normal host's admin and I/O queue), about 326 MiB.
+// (101: the 100 hostile controllers and the normal host's), about 242 MiB.
 // Afterwards every hostile connection is still open (no limit or timeout
 // ended it, so its memory was held while measured) and no I/O queue got
 // more R2Ts than its budget allows.
@@ -135,11 +139,14 @@ func TestHostileClientsBoundedRSS(t *testing.T) {
 		mib(withR2T), kibPer(withR2T-min(withR2T, withICReq), hostileR2THosts), hostileCtrlWrite>>10)
 
 	peak, done := sampleDuringNormalIO(t, addr, pid)
-	bound := uint64(hostileMaxWrite + hostileMaxRead + readmeConnCost*conns)
+	queues := hostileR2THosts + 1
+	bound := uint64(hostileMaxWrite + hostileMaxRead + readmePreConnect*(hostileIdle+hostileAfterICReq) +
+		(readmeAdminQueue+readmeIOQueue)*queues)
 	grew := peak - min(peak, baseline)
 	t.Logf("FIGURE peak VmRSS with the normal host's I/O %s (%d writes read back)", mib(peak), done)
-	t.Logf("FIGURE growth %s for %d connections (%.1f KiB each), bound %s = %s + %s + %d × 75 KiB",
-		mib(grew), conns, kibPer(grew, conns), mib(bound), mib(hostileMaxWrite), mib(hostileMaxRead), conns)
+	t.Logf("FIGURE growth %s for %d connections (%.1f KiB each), bound %s = %s + %s + %d × 32 KiB + %d × (64 + 300) KiB",
+		mib(grew), conns, kibPer(grew, conns), mib(bound), mib(hostileMaxWrite), mib(hostileMaxRead),
+		hostileIdle+hostileAfterICReq, queues)
 	if grew > bound {
 		t.Errorf("basaltd's VmRSS grew by %s with hostile clients, README's bound is %s", mib(grew), mib(bound))
 	}
