@@ -50,9 +50,9 @@ const (
 	readmePreConnect = 32 << 10
 	readmeAdminQueue = 64 << 10
 	readmeIOQueue    = 300 << 10
-	hostileNQN     = "nqn.2026-11.io.basalt:hostile"
-	hostileNSSize  = 16 << 20
-	hostileBlock   = 4096
+	hostileNQN       = "nqn.2026-11.io.basalt:hostile"
+	hostileNSSize    = 16 << 20
+	hostileBlock     = 4096
 )
 
 // hostileConfig is the node's configuration: one subsystem with a memory
