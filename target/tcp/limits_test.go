@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -348,15 +349,21 @@ func TestReadBudgetWaits(t *testing.T) {
 	h.icreq(0)
 	h.connect(1, 31, 0)
 	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the server's cleanup, which waits for the held read
 	core.hold.Store(&hold)
+	// The Connect's buffer goes back once its slot is freed, after its
+	// response: until then the first read would wait too.
+	waitFor(t, func() bool { return b.Stats().ReadBytes == 0 })
+	before := b.Stats().ReadWaits
 	r1 := rwCmd(h, nvme.IORead, 0, 256, nvme.SGLTransportDataBlock)
 	r2 := rwCmd(h, nvme.IORead, 256, 256, nvme.SGLTransportDataBlock)
 	h.write(append(h.capsule(&r1, nil), h.capsule(&r2, nil)...))
-	waitFor(t, func() bool { return b.Stats().ReadWaits == 1 })
+	waitFor(t, func() bool { return b.Stats().ReadWaits == before+1 })
 	if n := core.executed.Load(); n != 2 { // the Connect and the first read
 		t.Fatalf("%d executed while the second read waits for its buffer, want 2", n)
 	}
-	close(hold)
+	release()
 	for _, c := range []nvme.Command{r1, r2} {
 		if data, _ := h.readData(c.CID()); len(data) != 128<<10 {
 			t.Fatalf("read: %d bytes", len(data))
