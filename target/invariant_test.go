@@ -1,38 +1,12 @@
 package target
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"basalt/pkg/invariant"
+	"basalt/pkg/invariant/invarianttest"
 	"basalt/pkg/nvme"
 )
-
-// expectViolation runs f, which must break the invariant described by
-// what: with the invariants tag, Failf panics in f; without it, f returns
-// with one more violation counted.
-func expectViolation(t *testing.T, what string, f func()) {
-	t.Helper()
-	before := invariant.Violations()
-	p := func() (p any) {
-		defer func() { p = recover() }()
-		f()
-		return nil
-	}()
-	if invariant.Enabled {
-		if p == nil || !strings.Contains(fmt.Sprint(p), what) {
-			t.Fatalf("%s: panic %v, want an invariant violation", what, p)
-		}
-		return
-	}
-	if p != nil {
-		t.Fatalf("%s: panicked without the invariants tag: %v", what, p)
-	}
-	if got := invariant.Violations(); got != before+1 {
-		t.Fatalf("%s: %d violations counted, want 1", what, got-before)
-	}
-}
 
 // The core's broken invariants go through pkg/invariant (issue 14 part 7):
 // a panic at the bug in tests, and in production a violation counted and
@@ -48,14 +22,14 @@ func TestCoreInvariants(t *testing.T) {
 	r, _ := q.start(t, rwCmd(nvme.IORead, 1, 0, 0, 512), nil)
 	q.wait(t, r)
 	slot := r.Slot
-	expectViolation(t, "completed twice", func() { q.sq.complete(r, nvme.StatusInternalError) })
+	invarianttest.Expect(t, "completed twice", func() { q.sq.complete(r, nvme.StatusInternalError) })
 	if n := q.completed[slot].Load(); n != 1 {
 		t.Fatalf("a second completion reached the transport: %d responses", n)
 	}
 	if d := env.tgt.Stats().DoubleCompletions; d != 1 {
 		t.Fatalf("DoubleCompletions %d", d)
 	}
-	expectViolation(t, "Execute of a request", func() { q.sq.Execute(r) })
+	invarianttest.Expect(t, "Execute of a request", func() { q.sq.Execute(r) })
 	if n := q.completed[slot].Load(); n != 1 {
 		t.Fatalf("Execute of a completed request completed it again: %d responses", n)
 	}
@@ -66,7 +40,7 @@ func TestCoreInvariants(t *testing.T) {
 		t.Fatal(r.Cpl.Status)
 	}
 	r.execute = nil
-	expectViolation(t, "without a handler", func() { q.sq.Execute(r) })
+	invarianttest.Expect(t, "without a handler", func() { q.sq.Execute(r) })
 	if !invariant.Enabled {
 		cpl, _ := q.wait(t, r)
 		expectStatus(t, "no handler", cpl, nvme.StatusInternalError)
@@ -75,7 +49,7 @@ func TestCoreInvariants(t *testing.T) {
 	r = q.slot(t)
 	r.Data = make([]byte, 512)
 	r.Cmd = rwCmd(nvme.IORead, 1, 0, 7, 512)
-	expectViolation(t, "transport buffer of 512 bytes", func() {
+	invarianttest.Expect(t, "transport buffer of 512 bytes", func() {
 		if q.sq.Init(r) {
 			t.Error("Init accepted a transfer larger than the slot's buffer")
 		}

@@ -2,16 +2,15 @@ package tcp
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"basalt/pkg/clock"
 	"basalt/pkg/invariant"
+	"basalt/pkg/invariant/invarianttest"
 	"basalt/pkg/nvme"
 	"basalt/target"
 )
@@ -390,37 +389,12 @@ func TestTransportInvariants(t *testing.T) {
 	}
 	h := &testHost{}
 	s.req.Cmd = rwCmd(h, nvme.IORead, 0, 8, nvme.SGLTransportDataBlock)
-	expectViolation(t, "transfer of", func() { q.startCommand(s) })
+	invarianttest.Expect(t, "transfer of", func() { q.startCommand(s) })
 	if !invariant.Enabled && (core.aborted.Load() != 1 || s.req.Cpl.Status != nvme.StatusInternalError) {
 		t.Fatalf("the command: %d aborted, status %v", core.aborted.Load(), s.req.Cpl.Status)
 	}
-	expectViolation(t, "does not belong", func() { q.QueueResponse(&target.Request{Slot: 5}) })
+	invarianttest.Expect(t, "does not belong", func() { q.QueueResponse(&target.Request{Slot: 5}) })
 	if !invariant.Enabled && !conn.isClosed() {
 		t.Fatal("connection left open")
-	}
-}
-
-// expectViolation runs f, which must break the invariant described by
-// what: with the invariants tag, Failf panics in f; without it, f returns
-// with one more violation counted.
-func expectViolation(t *testing.T, what string, f func()) {
-	t.Helper()
-	before := invariant.Violations()
-	p := func() (p any) {
-		defer func() { p = recover() }()
-		f()
-		return nil
-	}()
-	if invariant.Enabled {
-		if p == nil || !strings.Contains(fmt.Sprint(p), what) {
-			t.Fatalf("%s: panic %v, want an invariant violation", what, p)
-		}
-		return
-	}
-	if p != nil {
-		t.Fatalf("%s: panicked without the invariants tag: %v", what, p)
-	}
-	if got := invariant.Violations(); got != before+1 {
-		t.Fatalf("%s: %d violations counted, want 1", what, got-before)
 	}
 }
