@@ -45,10 +45,10 @@ func ParseNodeUUID(s string) (NodeUUID, error) {
 }
 
 // String returns the canonical lower-case form.
-func (u ClusterUUID) String() string { return format(u) }
+func (u ClusterUUID) String() string { return Format(u) }
 
 // String returns the canonical lower-case form.
-func (u NodeUUID) String() string { return format(u) }
+func (u NodeUUID) String() string { return Format(u) }
 
 // IsZero reports whether u is unset.
 func (u ClusterUUID) IsZero() bool { return u == ClusterUUID{} }
@@ -84,7 +84,7 @@ func marshal(u [16]byte) []byte {
 	if u == ([16]byte{}) {
 		return []byte{}
 	}
-	return []byte(format(u))
+	return []byte(Format(u))
 }
 
 func unmarshal(what string, b []byte) ([16]byte, error) {
@@ -144,7 +144,9 @@ func parse(what, s string) ([16]byte, error) {
 	return u, nil
 }
 
-func format(u [16]byte) string {
+// Format returns u in the canonical lower-case 8-4-4-4-12 form (pkg/disk
+// prints its drive UUIDs with it too).
+func Format(u [16]byte) string {
 	var b [36]byte
 	hex.Encode(b[0:8], u[0:4])
 	b[8] = '-'
