@@ -43,11 +43,26 @@ func TestCrashRecovery(t *testing.T) {
 	case raceEnabled:
 		n = 6
 	}
-	for _, seed := range testSeeds(n) {
+	for _, seed := range testSeeds(t, n) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			if err := runCrashSeed(t, seed, true /* synchronous */); err != nil {
 				t.Fatalf("seed %d: %v\nreplay: go test ./pkg/store -run 'TestCrashRecovery$' -seed=%d",
 					seed, err, seed)
+			}
+		})
+	}
+}
+
+// TestCrashRecoveryFoundSeeds replays the crash-test seeds that once
+// failed, every run. 290088230998: with drives 1 and 4 lost, the shutdown's
+// drain cleaned for ever (each relocation, padded, used up the segment it
+// freed) and Close never returned; drain now gives up after a few cleaner
+// rounds per segment without progress.
+func TestCrashRecoveryFoundSeeds(t *testing.T) {
+	for _, seed := range []int64{290088230998} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			if err := runCrashSeed(t, seed, true /* synchronous */); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
 			}
 		})
 	}
@@ -61,7 +76,7 @@ func TestCrashRecoveryConcurrent(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		n = 2
 	}
-	for _, seed := range testSeeds(n) {
+	for _, seed := range testSeeds(t, n) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			if err := runCrashSeed(t, seed, false /* synchronous */); err != nil {
 				t.Fatalf("seed %d: %v\nrerun: go test ./pkg/store -run TestCrashRecoveryConcurrent -seed=%d",

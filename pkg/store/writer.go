@@ -336,7 +336,11 @@ func (w *writer) handle(c command) {
 // When the host stream has no segment, it runs the cleaner first; if that
 // frees nothing either, the store is full.
 func (w *writer) drain() error {
-	for stuck := 0; ; {
+	// cleaned counts cleaner rounds since the host stream last packed: more
+	// than a few per segment means cleaning only moves stripes around (it
+	// pads, so relocating can use up what it frees), and drain gives up
+	// instead of looping for ever.
+	for stuck, cleaned := 0, 0; ; {
 		_, err := w.pack()
 		if errors.Is(err, errNoSegment) {
 			waited, err := w.awaitFreeing()
@@ -355,8 +359,12 @@ func (w *writer) drain() error {
 			} else if stuck++; stuck > 3 {
 				return fmt.Errorf("%w: no segment free for destaging and nothing to clean", backend.ErrNoSpace)
 			}
+			if cleaned++; cleaned > 4*len(w.s.segs) {
+				return fmt.Errorf("%w: %d cleaner rounds freed no segment for destaging", backend.ErrNoSpace, cleaned-1)
+			}
 			continue
 		}
+		cleaned = 0
 		if err != nil {
 			return err
 		}
