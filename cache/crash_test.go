@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -202,9 +204,26 @@ func TestCrashWithConcurrentAppendsOverManySeeds(t *testing.T) {
 	if testing.Short() {
 		seeds = 50
 	}
-	for seed := range int64(seeds) {
+	first, n := freshSeeds(t, "BASALT_CACHE", seeds)
+	for seed := first; seed < first+n; seed++ {
 		crashConcurrently(t, seed)
 	}
+}
+
+// freshSeeds returns the first of n seeds and n: n is def unless
+// PREFIX_SEEDS says otherwise, and the first is drawn fresh for every run
+// unless PREFIX_FIRST fixes it (to replay a run, which the log names).
+func freshSeeds(t *testing.T, prefix string, def int) (first, n int64) {
+	n = int64(def)
+	if v, err := strconv.ParseInt(os.Getenv(prefix+"_SEEDS"), 10, 64); err == nil && v > 0 {
+		n = v
+	}
+	first, err := strconv.ParseInt(os.Getenv(prefix+"_FIRST"), 10, 64)
+	if err != nil || first <= 0 {
+		first = 1 + rand.Int64N(1<<40)
+	}
+	t.Logf("seeds %d..%d (%s_FIRST=%d replays them)", first, first+n-1, prefix, first)
+	return first, n
 }
 
 // concurrentRun is what the appenders of crashConcurrently observed.

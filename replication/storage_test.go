@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -229,11 +231,12 @@ func sortedIDs[V any](m map[GroupID]V) []GroupID {
 // recovered hard state, snapshot point and entries must be exactly those
 // persisted: for an operation cut short, those before or after it.
 func TestLogSurvivesCrashesAtEveryStepAndPowerLossMidRecord(t *testing.T) {
-	seeds, steps := uint64(6), 1200
+	seeds, steps := 6, 1200
 	if testing.Short() {
 		seeds = 2
 	}
-	for seed := uint64(1); seed <= seeds; seed++ {
+	first, n := freshSeeds(t, "BASALT_RAFTLOG", seeds)
+	for seed := first; seed < first+n; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			h := newStorageHarness(t, seed, 4096+256<<10, 3)
 			for step := 0; step < steps; step++ {
@@ -371,4 +374,20 @@ func TestLargeAppendSplitsIntoRecordsThatRecoverAsPrefixes(t *testing.T) {
 	if splits == 0 {
 		t.Fatal("no power loss fell between the append's records")
 	}
+}
+
+// freshSeeds returns the first of n seeds and n: n is def unless
+// PREFIX_SEEDS says otherwise, and the first is drawn fresh for every run
+// unless PREFIX_FIRST fixes it (to replay a run, which the log names).
+func freshSeeds(t *testing.T, prefix string, def int) (first, n uint64) {
+	n = uint64(def)
+	if v, err := strconv.ParseUint(os.Getenv(prefix+"_SEEDS"), 10, 64); err == nil && v > 0 {
+		n = v
+	}
+	first, err := strconv.ParseUint(os.Getenv(prefix+"_FIRST"), 10, 64)
+	if err != nil || first == 0 {
+		first = 1 + rand.Uint64N(1<<40)
+	}
+	t.Logf("seeds %d..%d (%s_FIRST=%d replays them)", first, first+n-1, prefix, first)
+	return first, n
 }

@@ -24,9 +24,12 @@ var (
 	flagSeeds = flag.Int("seeds", 0, "number of crash-test seeds (also BASALT_STORE_SEEDS)")
 )
 
-// testSeeds returns the seeds to run: -seed or BASALT_STORE_SEED alone, else
-// n seeds (-seeds or BASALT_STORE_SEEDS overriding n).
-func testSeeds(n int) []int64 {
+// testSeeds returns the seeds to run: -seed or BASALT_STORE_SEED alone,
+// else n consecutive seeds (-seeds or BASALT_STORE_SEEDS overriding n) from
+// a first seed drawn fresh for every run (BASALT_STORE_FIRST fixes it), so
+// that runs explore new seeds; the first seed is logged and a failure
+// names its own.
+func testSeeds(t *testing.T, n int) []int64 {
 	if *flagSeed != 0 {
 		return []int64{*flagSeed}
 	}
@@ -38,9 +41,14 @@ func testSeeds(n int) []int64 {
 	} else if v, err := strconv.Atoi(os.Getenv("BASALT_STORE_SEEDS")); err == nil && v > 0 {
 		n = v
 	}
+	first, err := strconv.ParseInt(os.Getenv("BASALT_STORE_FIRST"), 10, 64)
+	if err != nil || first <= 0 {
+		first = 1 + rand.Int64N(1<<40)
+	}
+	t.Logf("crash seeds %d..%d (BASALT_STORE_FIRST=%d replays them)", first, first+int64(n)-1, first)
 	seeds := make([]int64, n)
 	for i := range seeds {
-		seeds[i] = int64(i + 1)
+		seeds[i] = first + int64(i)
 	}
 	return seeds
 }

@@ -3,6 +3,7 @@ package sim
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/cryptotest"
 	"time"
@@ -10,7 +11,7 @@ import (
 
 var (
 	flagSeeds    = flag.Int("sim.seeds", 0, "number of seeds to run (default: 4, or 1 with -short)")
-	flagFirst    = flag.Uint64("sim.first", 1, "first seed of the run")
+	flagFirst    = flag.Uint64("sim.first", 0, "first seed of the run (default: drawn fresh each run)")
 	flagSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: its trace)")
 	flagDuration = flag.Duration("sim.duration", 6*time.Second, "simulated time of the chaotic phase per seed")
 )
@@ -30,8 +31,13 @@ func TestSim(t *testing.T) {
 				n = 1
 			}
 		}
+		first := *flagFirst
+		if first == 0 {
+			first = 1 + rand.Uint64N(1<<40)
+		}
+		t.Logf("seeds %d..%d (-sim.first=%d replays them)", first, first+uint64(n)-1, first)
 		for i := range uint64(n) {
-			seeds = append(seeds, *flagFirst+i)
+			seeds = append(seeds, first+i)
 		}
 	}
 	for _, seed := range seeds {
