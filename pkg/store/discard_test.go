@@ -145,7 +145,7 @@ func TestDiscardIsBestEffort(t *testing.T) {
 // every acknowledged write back, twice: after the crash and after more
 // churn and a clean reopen.
 func TestCrashAfterDiscardRecoversEveryAcknowledgedWrite(t *testing.T) {
-	for _, seed := range testSeeds(3) {
+	for _, seed := range testSeeds(t, 3) {
 		for _, keep := range []int{0, 30, 100} {
 			t.Run(fmt.Sprintf("seed=%d/keep=%d", seed, keep), func(t *testing.T) {
 				cfg := defaultRigConfig()
