@@ -147,6 +147,14 @@ type Options struct {
 	// Logger; default discards.
 	Logger *slog.Logger
 
+	// Simulated runs the store without goroutines of its own, for a
+	// deterministic simulation: no writer goroutine is started, commands
+	// (Flush, Close, DeleteVolume, ...) run on the caller's goroutine, stripe
+	// I/O is sequential, and destaging, cleaning and checkpoints happen only
+	// when the caller runs Work and Tick (simulate.go). With a manual clock
+	// and seeded drives, a seed then determines the whole run.
+	Simulated bool
+
 	// synchronous is a test hook: no writer goroutine is started; the test
 	// runs the writer's steps itself, commands run inline, and stripe I/O
 	// is sequential, so that a seed determines the whole run.
@@ -166,6 +174,9 @@ const (
 // EnsureDefaults fills unset fields with their defaults. The GC thresholds
 // that depend on the number of segments are filled in by Open.
 func (o *Options) EnsureDefaults() {
+	if o.Simulated {
+		o.synchronous = true
+	}
 	if o.Parity == 0 && o.Data == 0 && len(o.Drives) > 1 {
 		o.Parity = 1
 	}
