@@ -67,6 +67,12 @@ func (c *core) maybeCompact() error {
 // when the log is larger than one record can hold, it waits for compaction;
 // the caller keeps the request.
 func (c *core) checkpoint() {
+	if _, ok := c.sm.(LogRetainer); ok && c.s.snapIndex < c.applied {
+		// The state machine may reference applied entries where they lie:
+		// a rewrite would move them and free their records. The request
+		// stands until compaction reaches the applied index.
+		return
+	}
 	cost := c.s.checkpointCost()
 	if cost > int64(c.s.buf.Stats().MaxPayload) {
 		c.h.log.Debug("the log is too large to checkpoint; it waits for compaction", "group", c.g.id, "bytes", cost)

@@ -1,5 +1,7 @@
 package replication
 
+import "context"
+
 // A group that fails on this node (a storage or state-machine error, or a
 // broken invariant its loop contained) is fenced: it stops, and it must not
 // hold anything the node's other groups need. The one thing it held is its
@@ -22,6 +24,7 @@ package replication
 // group fails.
 func (g *Group) fence() {
 	h := g.host
+	g.releaseLog()
 	if err := h.writeTombstone(g.storage); err != nil {
 		h.log.Error("persisting a failed group's removal failed; its log is released anyway", "group", g.id, "err", err)
 	}
@@ -35,3 +38,21 @@ func (g *Group) fence() {
 // Fenced reports whether the group failed on this node and was fenced
 // (Status().Err says why).
 func (g *Group) Fenced() bool { return g.fenced.Load() }
+
+// releaseLog tells a state machine that keeps references into the log
+// (LogRetainer) to let go of them, before the group drops its log other
+// than by compaction. It runs on the loop, or once the loop has stopped. A
+// failure is logged: the state machine has then stopped serving what it
+// could not make durable, and the log goes anyway.
+func (g *Group) releaseLog() {
+	if g.c == nil {
+		return
+	}
+	r, ok := g.c.sm.(LogRetainer)
+	if !ok {
+		return
+	}
+	if err := r.ReleaseLog(context.Background()); err != nil {
+		g.host.log.Error("the state machine could not let go of the log it references", "group", g.id, "err", err)
+	}
+}

@@ -285,6 +285,9 @@ func (h *Host) RemoveGroup(id GroupID) error {
 	}()
 	if g != nil {
 		g.stop()
+		if !g.fenced.Load() { // a fenced group released its log when it failed
+			g.releaseLog()
+		}
 	}
 	finish := h.tombs.startRemoval(id)
 	var b recordBuilder

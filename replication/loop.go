@@ -458,7 +458,14 @@ func (c *core) applyNormal(e *raftpb.Entry) error {
 		return corruptf("%v entry %d of %d bytes has no proposal ID", c.g.id, e.Index, len(e.Data))
 	}
 	if e.Index > c.smApplied {
-		if err := c.sm.Apply(c.ctx, e.Index, e.Data[proposalIDSize:]); err != nil {
+		data, err := c.s.stableData(e.Index)
+		if err != nil {
+			return err
+		}
+		if len(data) != len(e.Data) {
+			return corruptf("%v entry %d has %d bytes in the log, %d in Raft", c.g.id, e.Index, len(data), len(e.Data))
+		}
+		if err := c.sm.Apply(c.ctx, e.Index, data[proposalIDSize:]); err != nil {
 			return fmt.Errorf("replication: %v: applying entry %d: %w", c.g.id, e.Index, err)
 		}
 		c.lastSMIndex = e.Index

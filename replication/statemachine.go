@@ -15,9 +15,14 @@ import (
 // snapshot point, and a snapshot that is cut short (a failed Restore, a crash)
 // leaves the state partly newer until the entries that follow are applied.
 type StateMachine interface {
-	// Apply applies the committed entry at index. data is valid only during
-	// the call. An error stops the group on this node: a replica that cannot
-	// apply an entry must not apply later ones.
+	// Apply applies the committed entry at index. data is the entry's data
+	// as it lies in the group's log region (after the proposal ID), and it
+	// stays valid and unchanged until the group's log is compacted past index:
+	// a state machine may keep a reference to it instead of a copy, as long
+	// as it reports (AppliedIndex, Checkpoint) only indexes whose data it no
+	// longer needs, and implements LogRetainer. data must not be written. An
+	// error stops the group on this node: a replica that cannot apply an
+	// entry must not apply later ones.
 	Apply(ctx context.Context, index uint64, data []byte) error
 	// AppliedIndex returns the highest index whose effect is durable in the
 	// state machine. The group never compacts its log past it, and after a
@@ -40,4 +45,18 @@ type StateMachine interface {
 // the index returned: every entry applied up to it is then durable.
 type Checkpointer interface {
 	Checkpoint(ctx context.Context) (uint64, error)
+}
+
+// LogRetainer is implemented by a StateMachine that keeps references to the
+// data Apply passed it (a replica that stages blocks straight from the log
+// region instead of copying them). Compaction never frees such data, since it
+// stops at the durable index the state machine reports; ReleaseLog covers the
+// other ways a group drops its log. The group calls it, on the loop or after
+// the loop has stopped, before it fences itself (a failed group releases its
+// log at once), before RemoveGroup persists the group's removal, and never
+// concurrently with Apply. After it returns the state machine must not read
+// any data Apply passed it, ever again: it makes what it staged durable
+// elsewhere (or, failing that, stops serving it) and drops the references.
+type LogRetainer interface {
+	ReleaseLog(ctx context.Context) error
 }

@@ -154,6 +154,26 @@ func (s *logStorage) entry(i uint64) (raftpb.Entry, error) {
 	return raftpb.Entry{Term: m.term, Index: i, Type: m.typ, Data: data}, nil
 }
 
+// stableData returns the data of entry i, which must be in the log, as it
+// lies in the log region: it aliases the buffer's memory (cache.Buffer.View)
+// and stays valid until the record holding it is released, which happens
+// only once the log is compacted past i, the log is checkpointed into a new
+// record, or the group drops its log (see LogRetainer).
+func (s *logStorage) stableData(i uint64) ([]byte, error) {
+	if i <= s.snapIndex || i > s.lastIndex() {
+		return nil, corruptf("%v entry %d is not in the log [%d, %d]", s.group, i, s.snapIndex+1, s.lastIndex())
+	}
+	m := s.ents[i-s.snapIndex-1]
+	_, payload, err := s.buf.View(m.seq)
+	if err != nil {
+		return nil, fmt.Errorf("replication: while viewing %v's log record %v: %w", s.group, m.seq, err)
+	}
+	if uint64(m.offset)+uint64(m.size) > uint64(len(payload)) {
+		return nil, corruptf("%v entry %d lies outside record %v", s.group, i, m.seq)
+	}
+	return payload[m.offset : m.offset+m.size : m.offset+m.size], nil
+}
+
 // readRecord returns the payload of record seq, keeping the last one read:
 // sequential reads (apply, catch-up) then read each record once.
 func (s *logStorage) readRecord(seq cache.Seq) ([]byte, error) {
