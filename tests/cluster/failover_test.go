@@ -16,9 +16,14 @@ const maxPause = 4 * time.Second
 // clients read and write through the ANA-following MultiPath: the writes
 // pause for less than maxPause, the history of every block stays
 // linearizable (porcupine), every acknowledged write reads back, and the
-// killed node rejoins.
+// killed node rejoins. Once with the Raft logs on tmpfs, once on disk files
+// (msync).
 func TestKillLeaderDuringVerifiedWrites(t *testing.T) {
-	tc := startCluster(t, opts{nodes: 3, store: true})
+	onEachMedium(t, killLeaderDuringVerifiedWrites)
+}
+
+func killLeaderDuringVerifiedWrites(t *testing.T, m medium) {
+	tc := startCluster(t, opts{nodes: 3, store: true, raftLogOn: m})
 	v := tc.createVolume("failover", 64<<20, 3)
 	mp, closePaths := tc.connect(v.NQN)
 	defer closePaths()

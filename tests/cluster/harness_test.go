@@ -28,6 +28,8 @@ import (
 	"basalt/pkg/identity"
 	"basalt/pkg/nvme/host"
 	"basalt/tests/ports"
+
+	"golang.org/x/sys/unix"
 )
 
 var basaltd string // path of the binary built by TestMain
@@ -69,6 +71,40 @@ type opts struct {
 	// driveSize and raftLog override the store's drive size ("256MiB") and
 	// the Raft log region's size ("64MiB").
 	driveSize, raftLog string
+	// raftLogOn is where the Raft log regions live (default tmpfs).
+	raftLogOn medium
+}
+
+// medium is where a test cluster's nodes keep their Raft log regions. The
+// store's write buffer of a test node is in process memory, whatever the
+// medium.
+type medium int
+
+const (
+	// onTmpfs: /dev/shm, as make run does (the test's temporary directory
+	// where there is no /dev/shm). Persist is a no-op there (pmem's tmpfs
+	// mode): a kill -9 keeps the pages; the region's own persistence is not
+	// exercised.
+	onTmpfs medium = iota
+	// onDisk: the test's temporary directory (or BASALT_DISK_DIR), which
+	// must be on a disk filesystem: every Persist is an msync of the file.
+	// startCluster fails if it is on tmpfs or ramfs.
+	onDisk
+)
+
+func (m medium) String() string {
+	if m == onDisk {
+		return "disk"
+	}
+	return "tmpfs"
+}
+
+// onEachMedium runs test once with the Raft logs on tmpfs and once on a
+// disk file, as subtests raftlog=tmpfs and raftlog=disk.
+func onEachMedium(t *testing.T, test func(t *testing.T, m medium)) {
+	for _, m := range []medium{onTmpfs, onDisk} {
+		t.Run("raftlog="+m.String(), func(t *testing.T) { test(t, m) })
+	}
 }
 
 // node is one basaltd process and its addresses.
@@ -83,11 +119,15 @@ type node struct {
 }
 
 type testCluster struct {
-	t     *testing.T
-	o     opts
-	dir   string
-	shm   string // write buffers and Raft logs: tmpfs where there is one, as make run does
-	nodes []*node
+	t   *testing.T
+	o   opts
+	dir string
+	// logDir holds the Raft log regions (opts.raftLogOn); logDurable: its
+	// filesystem is not tmpfs or ramfs, so basaltd maps them in a mode that
+	// survives power loss (msync), which startCluster checks in the node logs.
+	logDir     string
+	logDurable bool
+	nodes      []*node
 	// clusterID is every node's initial_cluster_id.
 	clusterID identity.ClusterUUID
 }
@@ -105,11 +145,7 @@ func startCluster(t *testing.T, o opts) *testCluster {
 	t.Helper()
 	needProcesses(t)
 	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID()}
-	tc.shm = tc.dir
-	if dir, err := os.MkdirTemp("/dev/shm", "basalt-test-"); err == nil {
-		tc.shm = dir
-		t.Cleanup(func() { os.RemoveAll(dir) })
-	}
+	tc.placeRaftLogs()
 	for i := 1; i <= o.nodes; i++ {
 		n := &node{id: i, dir: filepath.Join(tc.dir, fmt.Sprintf("node%d", i)), nvme: freePort(t), api: freePort(t),
 			raft: freePort(t), proxiesTo: map[int]*proxy{}}
@@ -139,7 +175,61 @@ func startCluster(t *testing.T, o opts) *testCluster {
 		}
 	})
 	tc.waitReady(30 * time.Second)
+	for _, n := range tc.nodes {
+		tc.checkRaftLogMode(n)
+	}
 	return tc
+}
+
+// placeRaftLogs chooses logDir for opts.raftLogOn and finds out whether its
+// filesystem is a volatile one; for onDisk it must not be.
+func (tc *testCluster) placeRaftLogs() {
+	tc.t.Helper()
+	tc.logDir = tc.dir
+	base := "/dev/shm"
+	if tc.o.raftLogOn == onDisk {
+		base = os.Getenv("BASALT_DISK_DIR")
+	}
+	if base != "" {
+		if dir, err := os.MkdirTemp(base, "basalt-test-"); err == nil {
+			tc.logDir = dir
+			tc.t.Cleanup(func() { os.RemoveAll(dir) })
+		} else if tc.o.raftLogOn == onDisk {
+			tc.t.Fatalf("BASALT_DISK_DIR: %v", err)
+		}
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(tc.logDir, &fs); err != nil {
+		tc.t.Fatalf("statfs %s: %v", tc.logDir, err)
+	}
+	tc.logDurable = fs.Type != unix.TMPFS_MAGIC && fs.Type != unix.RAMFS_MAGIC
+	if tc.o.raftLogOn == onDisk && !tc.logDurable {
+		tc.t.Fatalf("the Raft logs of this disk variant would be in %s, on tmpfs or ramfs (statfs type %#x), "+
+			"where persisting is a no-op and the variant tests nothing more than the tmpfs one: set TMPDIR or "+
+			"BASALT_DISK_DIR to a directory on a disk filesystem", tc.logDir, fs.Type)
+	}
+	tc.t.Logf("Raft logs in %s (statfs type %#x, survives power loss: %v)", tc.logDir, fs.Type, tc.logDurable)
+}
+
+// checkRaftLogMode checks that node n mapped its Raft log in the mode its
+// directory's filesystem calls for: survives_power_loss=true (msync or dax)
+// off tmpfs and ramfs, false on them.
+func (tc *testCluster) checkRaftLogMode(n *node) {
+	tc.t.Helper()
+	b, err := os.ReadFile(n.log)
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	want := fmt.Sprintf("survives_power_loss=%v", tc.logDurable)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `msg="raft log mapped"`) {
+			if !strings.Contains(line, want) {
+				tc.t.Fatalf("node%d mapped its Raft log in %s in the wrong mode, want %s: %s", n.id, tc.logDir, want, line)
+			}
+			return
+		}
+	}
+	tc.t.Fatalf("node%d's log has no \"raft log mapped\" line", n.id)
 }
 
 func (tc *testCluster) writeConfig(n *node) {
@@ -163,7 +253,7 @@ func (tc *testCluster) writeConfig(n *node) {
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"),
 			cmp.Or(tc.o.driveSize, "256MiB"))
 	}
-	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.shm, fmt.Sprintf("node%d.raft", n.id)),
+	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", n.id)),
 		cmp.Or(tc.o.raftLog, "64MiB"))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)

@@ -13,9 +13,13 @@ import (
 
 // TestAllNodesRestartAtOnce writes through the MultiPath, kills -9 every
 // node at the same moment, starts them again, and reads every
-// acknowledged write back.
-func TestAllNodesRestartAtOnce(t *testing.T) {
-	tc := startCluster(t, opts{nodes: 3, store: true})
+// acknowledged write back: the stores stage in memory, so what was not yet
+// destaged comes back from the Raft logs. Once with the Raft logs on tmpfs,
+// once on disk files (msync).
+func TestAllNodesRestartAtOnce(t *testing.T) { onEachMedium(t, allNodesRestartAtOnce) }
+
+func allNodesRestartAtOnce(t *testing.T, m medium) {
+	tc := startCluster(t, opts{nodes: 3, store: true, raftLogOn: m})
 	v := tc.createVolume("restart", 64<<20, 3)
 	mp, closePaths := tc.connect(v.NQN)
 	acked := map[uint64]uint64{}
@@ -65,12 +69,17 @@ func TestAllNodesRestartAtOnce(t *testing.T) {
 // it while they keep writing, waits until it has applied what the leader
 // committed, and then compares the three replicas byte for byte (file
 // replicas, after a clean stop). It reports the catch-up rate and the
-// clients' p99 latency before and during the catch-up.
+// clients' p99 latency before and during the catch-up. Once with the Raft
+// logs on tmpfs, once on disk files (msync).
 func TestFollowerCatchesUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	tc := startCluster(t, opts{nodes: 3, store: false})
+	onEachMedium(t, followerCatchesUp)
+}
+
+func followerCatchesUp(t *testing.T, m medium) {
+	tc := startCluster(t, opts{nodes: 3, store: false, raftLogOn: m})
 	v := tc.createVolume("catchup", 32<<20, 3)
 	leader := tc.leaderOf("catchup")
 	follower := tc.nodes[leader.id%3]
