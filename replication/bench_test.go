@@ -23,18 +23,6 @@ func BenchmarkPropose(b *testing.B) {
 	}
 }
 
-// BenchmarkVolumeWrite is BenchmarkPropose through Volume.WriteAt: the
-// operation encoding and the apply to a memory replica included.
-func BenchmarkVolumeWrite(b *testing.B) {
-	for _, qd := range []int{1, 32} {
-		b.Run(fmt.Sprintf("size=4KiB/qd=%d", qd), func(b *testing.B) {
-			benchmarkReplicated(b, qd, func(ctx context.Context, v *Volume, data []byte, i int64) error {
-				return v.WriteAt(ctx, data, (i%1024)*4096, 0)
-			})
-		})
-	}
-}
-
 // discardSM is a state machine that applies nothing.
 type discardSM struct{ applied atomic.Uint64 }
 
@@ -46,9 +34,11 @@ func (d *discardSM) AppliedIndex() uint64                { return d.applied.Load
 func (d *discardSM) Snapshot(io.Writer) error            { return nil }
 func (d *discardSM) Restore(_ io.Reader, i uint64) error { d.applied.Store(i); return nil }
 
-// benchmarkReplicated runs op at queue depth qd through the leader's volume;
-// a nil op proposes to a second group whose state machine discards entries.
-func benchmarkReplicated(b *testing.B, qd int, op func(context.Context, *Volume, []byte, int64) error) {
+// benchmarkReplicated runs op at queue depth qd through the leader's
+// blockSM; a nil op proposes to a second group whose state machine
+// discards entries. (pkg/volume's BenchmarkVolumeWrite is the same through
+// a volume.Volume.)
+func benchmarkReplicated(b *testing.B, qd int, op func(context.Context, *blockSM, []byte, int64) error) {
 	c := newTCPCluster(b, 64<<20, nil)
 	ctx := context.Background()
 	var groups [4]*Group
@@ -78,7 +68,7 @@ func benchmarkReplicated(b *testing.B, qd int, op func(context.Context, *Volume,
 			time.Sleep(5 * time.Millisecond)
 		}
 		g := groups[leader]
-		op = func(ctx context.Context, _ *Volume, data []byte, _ int64) error { return g.Propose(ctx, data) }
+		op = func(ctx context.Context, _ *blockSM, data []byte, _ int64) error { return g.Propose(ctx, data) }
 	}
 	data := make([]byte, 4096)
 	for i := range int64(100) { // warm up: connections, caches

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -10,12 +9,14 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/cache"
-	"basalt/pkg/backend"
 	"basalt/pkg/pmem"
 )
 
+// isANA reports whether err is one that pkg/volume maps to an ANA state
+// (pkg/volume/errors.go): this node does not, or may no longer, lead.
 func isANA(err error) bool {
-	return errors.Is(err, backend.ErrInaccessible) || errors.Is(err, backend.ErrTransition)
+	return errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) || errors.Is(err, ErrStopped) ||
+		errors.Is(err, ErrProposalDropped)
 }
 
 // TestPartitionedLeaderStopsServingWhileMajorityCarriesOn isolates the
@@ -43,7 +44,7 @@ func TestPartitionedLeaderStopsServingWhileMajorityCarriesOn(t *testing.T) {
 			}
 			c.net.Isolate(old, others...)
 			var isolatedWrite error = errPending
-			c.vols[old].WriteAtAsync(bytes.Repeat([]byte{9}, 4096), 4096, 0, func(err error) { isolatedWrite = err })
+			c.vols[old].WriteAtAsync(bytes.Repeat([]byte{9}, 4096), 4096, func(err error) { isolatedWrite = err })
 
 			var next NodeID
 			c.runUntil(5*time.Second, "a new leader among the majority", func() bool {
@@ -77,7 +78,7 @@ func TestPartitionedLeaderStopsServingWhileMajorityCarriesOn(t *testing.T) {
 				return c.vols[old].Group().Status().Applied == c.vols[next].Group().Status().Commit
 			})
 			got := make([]byte, 4096)
-			if err := c.locals[old].ReadAt(context.Background(), got, 0); err != nil || got[0] != 2 {
+			if err := c.locals[old].readLocal(got, 0); err != nil || got[0] != 2 {
 				t.Fatalf("old leader's replica holds %d (%v) after catching up, want 2", got[0], err)
 			}
 		})
@@ -116,15 +117,7 @@ func TestFollowerBehindCompactionCatchesUpBySnapshot(t *testing.T) {
 	if got := c.vols[leader].Group().Status().SnapshotsSent; got == 0 {
 		t.Fatal("the leader reports no snapshot sent")
 	}
-	want := make([]byte, testVolumeSize)
-	got := make([]byte, testVolumeSize)
-	ctx := context.Background()
-	if err := c.locals[leader].ReadAt(ctx, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.locals[follower].ReadAt(ctx, got, 0); err != nil {
-		t.Fatal(err)
-	}
+	want, got := c.locals[leader].bytes(), c.locals[follower].bytes()
 	if !bytes.Equal(got, want) {
 		t.Fatal("the follower's replica differs from the leader's after the snapshot")
 	}
@@ -213,9 +206,9 @@ func TestResponsesLeaveOnlyAfterPersist(t *testing.T) {
 	}
 }
 
-// TestFollowerRefusesIOWithANAErrors: a follower refuses reads, writes,
-// trims and flushes at once with ErrNotLeader, which wraps
-// backend.ErrInaccessible.
+// TestFollowerRefusesIOWithANAErrors: a follower refuses reads, writes
+// and trims at once with ErrNotLeader (which pkg/volume wraps with
+// backend.ErrInaccessible: its own test checks that).
 func TestFollowerRefusesIOWithANAErrors(t *testing.T) {
 	c := newSimCluster(t, 13, nil)
 	c.startAll()
@@ -227,15 +220,15 @@ func TestFollowerRefusesIOWithANAErrors(t *testing.T) {
 		}
 		v := c.vols[id]
 		var errs []error
-		v.WriteAtAsync(make([]byte, 4096), 0, 0, func(err error) { errs = append(errs, err) })
+		v.WriteAtAsync(make([]byte, 4096), 0, func(err error) { errs = append(errs, err) })
 		v.TrimAsync(0, 4096, func(err error) { errs = append(errs, err) })
 		v.ReadAtAsync(make([]byte, 4096), 0, func(err error) { errs = append(errs, err) })
 		if len(errs) != 3 {
 			t.Fatalf("%v: %d of 3 requests failed at once", id, len(errs))
 		}
 		for _, err := range errs {
-			if !errors.Is(err, ErrNotLeader) || !errors.Is(err, backend.ErrInaccessible) {
-				t.Errorf("%v: %v, want ErrNotLeader wrapping backend.ErrInaccessible", id, err)
+			if !errors.Is(err, ErrNotLeader) {
+				t.Errorf("%v: %v, want ErrNotLeader", id, err)
 			}
 		}
 		if v.Group().Leader() != leader {
@@ -255,11 +248,11 @@ func TestIdleGroupDoesNotPinSharedBuffer(t *testing.T) {
 		c.regions[id] = pmem.NewFake(4096+256<<10, int64(id))
 	}
 	c.startAll()
-	idle := map[NodeID]*Volume{}
-	idleLocals := map[NodeID]*backend.Memory{}
+	idle := map[NodeID]*blockSM{}
+	idleLocals := map[NodeID]*blockSM{}
 	for _, id := range c.members {
-		mem, _ := backend.NewMemory(testVolumeSize, 4096)
-		v, err := c.hosts[id].AddVolume(2, c.members, mem)
+		mem := newBlockSM(testVolumeSize)
+		v, err := addBlockSM(c.hosts[id], 2, c.members, mem)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +269,7 @@ func TestIdleGroupDoesNotPinSharedBuffer(t *testing.T) {
 		return false
 	})
 	var idleWrite error = errPending
-	idle[idleLeader].WriteAtAsync(bytes.Repeat([]byte{0x5A}, 4096), 0, 0, func(err error) { idleWrite = err })
+	idle[idleLeader].WriteAtAsync(bytes.Repeat([]byte{0x5A}, 4096), 0, func(err error) { idleWrite = err })
 	c.runUntil(time.Second, "the idle group's write", func() bool { return idleWrite != errPending })
 	if idleWrite != nil {
 		t.Fatal(idleWrite)
@@ -299,7 +292,7 @@ func TestIdleGroupDoesNotPinSharedBuffer(t *testing.T) {
 	c.startAll()
 	for _, id := range c.members {
 		mem := idleLocals[id]
-		if _, err := c.hosts[id].AddVolume(2, c.members, mem); err != nil {
+		if _, err := addBlockSM(c.hosts[id], 2, c.members, mem); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,7 +302,7 @@ func TestIdleGroupDoesNotPinSharedBuffer(t *testing.T) {
 		t.Fatalf("busy group after restart: %d, %v", data[0], err)
 	}
 	got := make([]byte, 4096)
-	if err := idleLocals[idleLeader].ReadAt(context.Background(), got, 0); err != nil || got[0] != 0x5A {
+	if err := idleLocals[idleLeader].readLocal(got, 0); err != nil || got[0] != 0x5A {
 		t.Fatalf("idle group's replica: %d, %v", got[0], err)
 	}
 }

@@ -3,13 +3,14 @@
 // the only package that imports it. Raft's algorithm does no I/O (RawNode);
 // this package owns the loop that persists, sends and applies what Raft asks
 // for, the log storage in the persistent-memory write buffer, the transport
-// between nodes, snapshots, read leases, and the Volume that turns a group
-// and a local replica into a replicated backend.Backend.
+// between nodes, snapshots and read leases. It replicates bytes ordered by
+// index and knows nothing of blocks: pkg/volume is the state machine that
+// turns a group and a local replica into a replicated block device.
 //
 // # Overview
 //
 //	Host (one per node)
-//	 ├─ Group g1 ── loop goroutine: RawNode, logStorage, StateMachine (a Volume)
+//	 ├─ Group g1 ── loop goroutine: RawNode, logStorage, StateMachine (a volume.Volume)
 //	 ├─ Group g2 ── loop goroutine ...
 //	 ├─ cache.Buffer on Config.LogRegion: every group's log and hard state
 //	 ├─ releaser: frees the buffer behind the slowest group
@@ -132,8 +133,8 @@
 // up from the log), in steps of a quarter margin; under buffer pressure the
 // margin is 0. It never compacts past the state machine's durable applied
 // index, nor past a snapshot that is being streamed. Compaction is one state
-// record. A Checkpointer (such as Volume, whose Checkpoint flushes the local
-// replica) is asked to make more of the log durable only when the applied but
+// record. A Checkpointer (such as volume.Volume, whose Checkpoint flushes
+// the local replica) is asked to make more of the log durable only when the applied but
 // not yet durable entries reach max(CompactionMargin, the compaction step),
 // when they reach one step under buffer pressure, or at once when the
 // releaser asks: a flush of the store pads and syncs a stripe, and doing it
@@ -183,12 +184,13 @@
 //
 // # Errors
 //
-// A follower refuses proposals and reads with ErrNotLeader, which wraps
-// backend.ErrInaccessible; while no leader is known, or when this node lost
-// leadership with a request in flight (its outcome is then unknown), with
-// ErrNoLeader, which wraps backend.ErrTransition. A storage or state-machine
-// error stops the group on this node (Raft requires it: README, "Storage
-// errors make raft inoperable"); its requests fail with ErrStopped. So does
+// A follower refuses proposals and reads with ErrNotLeader; while no leader
+// is known, or when this node lost leadership with a request in flight (its
+// outcome is then unknown), with ErrNoLeader. (pkg/volume wraps them with
+// backend.ErrInaccessible and backend.ErrTransition for the target.) A
+// storage or state-machine error stops the group on this node (Raft
+// requires it: README, "Storage errors make raft inoperable"); its requests
+// fail with ErrStopped. So does
 // a panic in the group's loop (Raft reports a broken invariant by
 // panicking): the loop recovers it as an invariant violation (pkg/invariant;
 // a panic again under the invariants tag) and the process serves its other
@@ -361,29 +363,4 @@
 // the receiver answers with a result frame, body 0 (restored) or 1 followed
 // by the error text. A malformed frame ends the connection, as does a
 // message the Host refuses ("Inbound checks").
-//
-// # Volume operations (a normal entry's payload, little-endian)
-//
-//	offset size field
-//	     0    1 version (1)
-//	     1    1 operation: 1 write, 2 trim, 3 write zeroes
-//	     2    6 zero
-//	     8    8 byte offset in the volume (block aligned)
-//	    16    8 byte length (block aligned, > 0)
-//	    24    n data (write only; n = length)
-//
-// # Volume snapshot stream (little-endian)
-//
-//	header                             run
-//	offset size field                  offset size field
-//	     0    8 magic "BSLTVSNP"            0    1 kind: 1 data, 2 zeroes, 3 end
-//	     8    2 version (1)                 1    7 zero
-//	    10    2 zero                        8    8 byte offset (end: CRC32C)
-//	    12    4 block size                 16    8 byte length (end: volume size)
-//	    16    8 volume size                24    n data (data runs: n = length,
-//	    24    8 zero                                 at most 1 MiB)
-//
-// Runs cover the volume in order without gaps; all-zero blocks travel as
-// zero runs. The end run's offset field holds the CRC32C (Castagnoli) of
-// every byte before the end run.
 package replication

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -10,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"basalt/pkg/backend"
 	"basalt/pkg/clock"
 	"basalt/pkg/pmem"
 )
@@ -34,9 +32,9 @@ type simCluster struct {
 	members []NodeID
 	regions map[NodeID]*pmem.Fake
 	hosts   map[NodeID]*Host
-	locals  map[NodeID]*backend.Memory
-	vols    map[NodeID]*Volume
-	cfg     func(*Config) // adjusts each host's config
+	locals  map[NodeID]*blockSM // each node's state, kept across crashes
+	vols    map[NodeID]*blockSM // those of the nodes running
+	cfg     func(*Config)       // adjusts each host's config
 	wrap    func(NodeID, Transport) Transport
 }
 
@@ -45,15 +43,11 @@ const testVolumeSize = 256 << 10
 func newSimCluster(t testing.TB, seed uint64, adjust func(*Config)) *simCluster {
 	clk := clock.NewManual(testEpoch)
 	c := &simCluster{t: t, clock: clk, net: NewSimNetwork(seed, clk), members: []NodeID{1, 2, 3},
-		regions: map[NodeID]*pmem.Fake{}, hosts: map[NodeID]*Host{}, locals: map[NodeID]*backend.Memory{},
-		vols: map[NodeID]*Volume{}, cfg: adjust}
+		regions: map[NodeID]*pmem.Fake{}, hosts: map[NodeID]*Host{}, locals: map[NodeID]*blockSM{},
+		vols: map[NodeID]*blockSM{}, cfg: adjust}
 	for _, id := range c.members {
 		c.regions[id] = pmem.NewFake(4096+1<<20, int64(seed)*7+int64(id))
-		mem, err := backend.NewMemory(testVolumeSize, 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.locals[id] = mem
+		c.locals[id] = newBlockSM(testVolumeSize)
 	}
 	return c
 }
@@ -77,7 +71,7 @@ func (c *simCluster) start(id NodeID) {
 	if err := h.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	v, err := h.AddVolume(1, c.members, c.locals[id])
+	v, err := addBlockSM(h, 1, c.members, c.locals[id])
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -154,7 +148,7 @@ func (c *simCluster) leader() NodeID {
 // write writes one block of b at block blk through node id and waits.
 func (c *simCluster) write(id NodeID, blk int64, b byte) error {
 	var result error = errPending
-	c.vols[id].WriteAtAsync(bytes.Repeat([]byte{b}, 4096), blk*4096, 0, func(err error) { result = err })
+	c.vols[id].WriteAtAsync(bytes.Repeat([]byte{b}, 4096), blk*4096, func(err error) { result = err })
 	c.runUntil(5*time.Second, "write completes", func() bool { return result != errPending })
 	return result
 }
@@ -169,8 +163,3 @@ func (c *simCluster) read(id NodeID, blk int64) ([]byte, error) {
 }
 
 var errPending = errors.New("test: pending")
-
-// syncWrite and syncRead drive goroutine-mode volumes.
-func syncWrite(ctx context.Context, v *Volume, blk int64, b byte) error {
-	return v.WriteAt(ctx, bytes.Repeat([]byte{b}, 4096), blk*4096, 0)
-}

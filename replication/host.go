@@ -167,7 +167,7 @@ func (h *Host) Group(id GroupID) *Group {
 // log rejoins with its log and configuration (members is then ignored); a new
 // group is bootstrapped with members as its voters, which must include this
 // node and be the same on every member. A nil sm creates the group stopped:
-// it starts when a state machine is attached (NewVolume does that).
+// it starts when a state machine is attached (Group.Attach).
 func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, error) {
 	if id == 0 {
 		return nil, fmt.Errorf("%w: group 0", ErrConfig)

@@ -12,7 +12,6 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	"basalt/pkg/backend"
 	"basalt/pkg/clock"
 	"basalt/pkg/pmem"
 )
@@ -47,11 +46,7 @@ func newHostileCluster(t testing.TB) *hostileCluster {
 // addGroup adds volume group id on every host.
 func (c *hostileCluster) addGroup(id GroupID) error {
 	for _, h := range c.hosts {
-		mem, err := backend.NewMemory(tcpVolumeSize, 4096)
-		if err != nil {
-			return err
-		}
-		if _, err := h.AddVolume(id, []NodeID{1, 2, 3}, mem); err != nil {
+		if _, err := addBlockSM(h, id, []NodeID{1, 2, 3}, newBlockSM(tcpVolumeSize)); err != nil {
 			return err
 		}
 	}
@@ -86,7 +81,7 @@ func (c *hostileCluster) serve(id GroupID, i int64, limit time.Duration) error {
 			}
 			v := volumeOf(g)
 			wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			err := v.WriteAt(wctx, block(i), (i%64)*4096, 0)
+			err := v.WriteAt(wctx, block(i), (i%64)*4096)
 			if err == nil {
 				got := make([]byte, 4096)
 				err = v.ReadAt(wctx, got, (i%64)*4096)
@@ -105,8 +100,8 @@ func (c *hostileCluster) serve(id GroupID, i int64, limit time.Duration) error {
 	return fmt.Errorf("group %v did not serve within %v: %v", id, limit, last)
 }
 
-// volumeOf returns the Volume that is g's state machine.
-func volumeOf(g *Group) *Volume { return g.c.sm.(*Volume) }
+// volumeOf returns the blockSM that is g's state machine.
+func volumeOf(g *Group) *blockSM { return g.c.sm.(*blockSM) }
 
 // follower returns a node that does not lead group id, once it has a
 // leader.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"basalt/cache"
-	"basalt/pkg/backend"
 	"basalt/pkg/clock"
 	"basalt/pkg/identity"
 	"basalt/pkg/pmem"
@@ -136,11 +135,7 @@ func TestIdentitySurvivesTheReleaser(t *testing.T) {
 				t.Fatal(err)
 			}
 			first := cache.Seq(h.ident.pin.Load())
-			mem, err := backend.NewMemory(testVolumeSize, 4096)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, err := h.AddVolume(1, []NodeID{1}, mem)
+			v, err := addBlockSM(h, 1, []NodeID{1}, newBlockSM(testVolumeSize))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +169,7 @@ func TestIdentitySurvivesTheReleaser(t *testing.T) {
 
 // waitLeader waits until the one-member group leads (Manual mode: moving the
 // clock and polling).
-func waitLeader(t *testing.T, h *Host, v *Volume, clk *clock.Manual, manual bool) {
+func waitLeader(t *testing.T, h *Host, v *blockSM, clk *clock.Manual, manual bool) {
 	t.Helper()
 	for i := 0; !v.Group().IsLeader(); i++ {
 		if i > 10000 {
@@ -191,7 +186,7 @@ func waitLeader(t *testing.T, h *Host, v *Volume, clk *clock.Manual, manual bool
 
 // writeLaps writes total bytes in 4 KiB blocks through v, polling h in
 // Manual mode.
-func writeLaps(t *testing.T, h *Host, v *Volume, manual bool, total int) {
+func writeLaps(t *testing.T, h *Host, v *blockSM, manual bool, total int) {
 	t.Helper()
 	block := make([]byte, 4096)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -200,13 +195,13 @@ func writeLaps(t *testing.T, h *Host, v *Volume, manual bool, total int) {
 		block[0] = byte(i)
 		off := int64(i%(testVolumeSize/len(block))) * int64(len(block))
 		if !manual {
-			if err := v.WriteAt(ctx, block, off, 0); err != nil {
+			if err := v.WriteAt(ctx, block, off); err != nil {
 				t.Fatalf("write %d: %v", i, err)
 			}
 			continue
 		}
 		var result error = errPending
-		v.WriteAtAsync(block, off, 0, func(err error) { result = err })
+		v.WriteAtAsync(block, off, func(err error) { result = err })
 		for n := 0; result == errPending; n++ {
 			if n > 100000 {
 				t.Fatalf("write %d never completed: %+v", i, h.Stats())
@@ -240,11 +235,10 @@ func TestIdentityDoesNotHideAnIdleGroupsPin(t *testing.T) {
 		if err := h.StampIdentity(context.Background(), testStamp(byte(id))); err != nil {
 			t.Fatal(err)
 		}
-		idle, _ := backend.NewMemory(testVolumeSize, 4096)
-		if _, err := h.AddVolume(2, c.members, idle); err != nil { // its state record right above the identity's
+		if _, err := addBlockSM(h, 2, c.members, newBlockSM(testVolumeSize)); err != nil { // its state record right above the identity's
 			t.Fatal(err)
 		}
-		v, err := h.AddVolume(1, c.members, c.locals[id])
+		v, err := addBlockSM(h, 1, c.members, c.locals[id])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,10 +2,7 @@ package replication
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
-
-	"basalt/pkg/backend"
 )
 
 // NodeID names a node for all time: it is never reused, and it is not an
@@ -22,26 +19,28 @@ type GroupID uint64
 // String returns "g" and the number, as logs show it.
 func (g GroupID) String() string { return "g" + strconv.FormatUint(uint64(g), 10) }
 
-// Errors. Those a volume returns to the target wrap a backend error class, so
+// Errors. They name what happened in Raft terms only; pkg/volume wraps
+// those a volume returns to the target with a backend error class (the
+// not-leader ones with backend.ErrInaccessible or backend.ErrTransition), so
 // that the target maps them to an ANA state without knowing Raft.
 var (
 	// ErrNotLeader: this node does not lead the group; the host should use the
 	// leader's path (ANA Inaccessible).
-	ErrNotLeader = fmt.Errorf("replication: not the leader: %w", backend.ErrInaccessible)
+	ErrNotLeader = errors.New("replication: not the leader")
 	// ErrNoLeader: the group has no leader now (an election is running), or
 	// this node lost leadership while the request was in flight, so its outcome
 	// is unknown; retry soon, on whichever path becomes optimized (ANA
 	// Transition).
-	ErrNoLeader = fmt.Errorf("replication: no leader, election in progress: %w", backend.ErrTransition)
+	ErrNoLeader = errors.New("replication: no leader, election in progress")
 	// ErrStopped: the group was removed, the host closed, or the group failed
 	// (a storage or state-machine error); this node will not serve it.
-	ErrStopped = fmt.Errorf("replication: group stopped: %w", backend.ErrInaccessible)
+	ErrStopped = errors.New("replication: group stopped")
 	// ErrOrphanReplica: a group whose only voter is this node has a state
 	// machine ahead of its log (the log was dropped when it failed).
 	ErrOrphanReplica = errors.New("replication: replica ahead of its log, with no peer to catch up from")
 	// ErrProposalDropped: the leader refused the proposal (too much
 	// uncommitted data, or a leadership transfer in progress); retry.
-	ErrProposalDropped = fmt.Errorf("replication: proposal dropped: %w", backend.ErrTransition)
+	ErrProposalDropped = errors.New("replication: proposal dropped")
 	// ErrTooLarge: the proposal exceeds Config.MaxProposalSize.
 	ErrTooLarge = errors.New("replication: proposal too large")
 	// ErrGroupExists: AddGroup for a group this host already runs.

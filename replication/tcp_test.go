@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"basalt/pkg/backend"
 	"basalt/pkg/pmem"
 )
 
@@ -18,22 +17,18 @@ const tcpVolumeSize = 4 << 20
 type tcpCluster struct {
 	t       testing.TB
 	regions map[NodeID]*pmem.Fake
-	locals  map[NodeID]*backend.Memory
+	locals  map[NodeID]*blockSM // each node's state, kept across stops
 	hosts   map[NodeID]*Host
-	vols    map[NodeID]*Volume
+	vols    map[NodeID]*blockSM // those of the nodes running
 	adjust  func(*Config)
 }
 
 func newTCPCluster(t testing.TB, regionSize int, adjust func(*Config)) *tcpCluster {
-	c := &tcpCluster{t: t, regions: map[NodeID]*pmem.Fake{}, locals: map[NodeID]*backend.Memory{},
-		hosts: map[NodeID]*Host{}, vols: map[NodeID]*Volume{}, adjust: adjust}
+	c := &tcpCluster{t: t, regions: map[NodeID]*pmem.Fake{}, locals: map[NodeID]*blockSM{},
+		hosts: map[NodeID]*Host{}, vols: map[NodeID]*blockSM{}, adjust: adjust}
 	for id := NodeID(1); id <= 3; id++ {
 		c.regions[id] = pmem.NewFake(4096+regionSize, int64(id))
-		mem, err := backend.NewMemory(tcpVolumeSize, 4096)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.locals[id] = mem
+		c.locals[id] = newBlockSM(tcpVolumeSize)
 	}
 	for id := NodeID(1); id <= 3; id++ {
 		c.open(id)
@@ -75,7 +70,7 @@ func (c *tcpCluster) start(id NodeID) {
 	if err := h.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	v, err := h.AddVolume(1, []NodeID{1, 2, 3}, c.locals[id])
+	v, err := addBlockSM(h, 1, []NodeID{1, 2, 3}, c.locals[id])
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -117,7 +112,7 @@ func TestTCPLeaderLossWritesResumeWithinTwoSeconds(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i := range int64(50) {
-		if err := c.vols[leader].WriteAt(ctx, block(i), i*4096, 0); err != nil {
+		if err := c.vols[leader].WriteAt(ctx, block(i), i*4096); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -133,7 +128,7 @@ func TestTCPLeaderLossWritesResumeWithinTwoSeconds(t *testing.T) {
 			continue
 		}
 		wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		err := c.vols[id].WriteAt(wctx, block(i), i*4096, 0)
+		err := c.vols[id].WriteAt(wctx, block(i), i*4096)
 		cancel()
 		if err == nil {
 			next = id
@@ -168,7 +163,7 @@ func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) {
 	c.stop(follower)
 	ctx := context.Background()
 	for i := range int64(200) {
-		if err := c.vols[leader].WriteAt(ctx, block(i), (i*97%1024)*4096, 0); err != nil {
+		if err := c.vols[leader].WriteAt(ctx, block(i), (i*97%1024)*4096); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -183,7 +178,7 @@ func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) {
 				return
 			default:
 			}
-			if err := lv.WriteAt(ctx, block(i), (i*89%1024)*4096, 0); err != nil {
+			if err := lv.WriteAt(ctx, block(i), (i*89%1024)*4096); err != nil {
 				writer <- err
 				return
 			}
@@ -209,13 +204,7 @@ func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	want, got := make([]byte, tcpVolumeSize), make([]byte, tcpVolumeSize)
-	if err := c.locals[leader].ReadAt(ctx, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.locals[follower].ReadAt(ctx, got, 0); err != nil {
-		t.Fatal(err)
-	}
+	want, got := c.locals[leader].bytes(), c.locals[follower].bytes()
 	if !bytes.Equal(got, want) {
 		t.Fatal("replicas differ after the snapshot")
 	}

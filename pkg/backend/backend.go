@@ -1,7 +1,7 @@
 // Package backend defines the interface between the NVMe target and the
 // storage behind a namespace, the error classes a backend reports, and the two
 // simple backends: Memory and File. The log-structured store (pkg/store) and
-// the replicated volume (replication/) implement the same interface.
+// the replicated volume (pkg/volume) implement the same interface.
 package backend
 
 import (

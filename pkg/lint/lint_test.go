@@ -86,16 +86,18 @@ func TestThirdPartyDependenciesStayBehindOnePackage(t *testing.T) {
 
 // TestDependenciesPointDownward (docs/ARCHITECTURE.md, "Dependencies"):
 // target knows nothing of Raft, drives or parity; the storage packages know
-// nothing of NVMe or Raft; nothing imports cmd/ or tests/.
+// nothing of NVMe or Raft; replication knows bytes and indexes, not blocks
+// (pkg/volume joins it to the backends); nothing imports cmd/ or tests/.
 func TestDependenciesPointDownward(t *testing.T) {
 	forbidden := []struct {
 		from []string
 		to   []string
 	}{
-		{[]string{"target"}, []string{"replication", "cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/node", "pkg/nvme/host"}},
-		{[]string{"pkg/nvme"}, []string{"target", "replication", "cache", "ec", "pkg/store", "pkg/backend"}},
-		{[]string{"cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/clock", "pkg/backend"}, []string{"target", "replication", "pkg/nvme", "pkg/node"}},
-		{[]string{"replication"}, []string{"target", "pkg/nvme"}},
+		{[]string{"target"}, []string{"replication", "pkg/volume", "cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/node", "pkg/nvme/host"}},
+		{[]string{"pkg/nvme"}, []string{"target", "replication", "pkg/volume", "cache", "ec", "pkg/store", "pkg/backend"}},
+		{[]string{"cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/clock", "pkg/backend"}, []string{"target", "replication", "pkg/volume", "pkg/nvme", "pkg/node"}},
+		{[]string{"replication"}, []string{"target", "pkg/nvme", "pkg/backend", "pkg/store", "pkg/volume"}},
+		{[]string{"pkg/volume"}, []string{"target", "pkg/nvme", "pkg/node", "pkg/cluster", "pkg/metrics"}},
 		{[]string{"ec"}, []string{"cache", "pkg/store", "pkg/meta"}},
 		{[]string{"cache"}, []string{"ec", "pkg/store", "pkg/meta", "pkg/disk"}},
 	}
@@ -114,6 +116,30 @@ func TestDependenciesPointDownward(t *testing.T) {
 					t.Errorf("%s imports %s: dependencies must point downward (docs/ARCHITECTURE.md)", from, to)
 				}
 			}
+		}
+	}
+}
+
+// joiners may import both replication and a block package (pkg/backend,
+// pkg/store): pkg/volume, whose Volume is the state machine that turns a
+// Raft group into a block device, and the node wiring that builds it;
+// binaries and black-box tests too.
+var joiners = []string{"pkg/volume", "pkg/node", "cmd", "tests"}
+
+// TestOnlyVolumeJoinsReplicationAndBlocks (docs/ARCHITECTURE.md,
+// "Dependencies"): no other package's non-test files import both
+// replication and pkg/backend or pkg/store, so that block semantics live
+// in one package above the Raft layer.
+func TestOnlyVolumeJoinsReplicationAndBlocks(t *testing.T) {
+	for _, p := range listPackages(t) {
+		from := rel(p.ImportPath)
+		var raft, blocks bool
+		for _, imp := range p.Imports {
+			raft = raft || under(rel(imp), "replication") && strings.HasPrefix(imp, module+"/")
+			blocks = blocks || under(rel(imp), "pkg/backend", "pkg/store") && strings.HasPrefix(imp, module+"/")
+		}
+		if raft && blocks && !under(from, joiners...) {
+			t.Errorf("%s imports replication and a block package: only %v may (pkg/volume joins them)", from, joiners)
 		}
 	}
 }

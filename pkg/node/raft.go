@@ -7,6 +7,7 @@ import (
 
 	"basalt/pkg/backend"
 	"basalt/pkg/cluster"
+	"basalt/pkg/volume"
 	"basalt/replication"
 )
 
@@ -30,12 +31,11 @@ func (r raftReplicator) StartMetadata(members []cluster.NodeID, m *cluster.Machi
 }
 
 func (r raftReplicator) OpenVolume(id cluster.GroupID, members []cluster.NodeID, local backend.Backend) (cluster.Group, backend.Backend, error) {
-	g, err := r.h.AddGroup(replication.GroupID(id), toReplIDs(members), nil)
+	v, err := volume.Add(r.h, replication.GroupID(id), toReplIDs(members), local)
 	if err != nil {
 		return nil, nil, err
 	}
-	v := replication.NewVolume(g, local)
-	return newRaftGroup(g), v, nil
+	return newRaftGroup(v.Group()), v, nil
 }
 
 func (r raftReplicator) CloseVolume(id cluster.GroupID, deleteLog bool) error {

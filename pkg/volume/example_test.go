@@ -1,4 +1,4 @@
-package replication_test
+package volume_test
 
 import (
 	"bytes"
@@ -9,12 +9,13 @@ import (
 	"basalt/pkg/backend"
 	"basalt/pkg/clock"
 	"basalt/pkg/pmem"
+	"basalt/pkg/volume"
 	"basalt/replication"
 )
 
 // A single-node group on a simulated network, driven by hand (Manual): the
 // volume elects itself, then a write is committed, applied and read back.
-func ExampleHost_AddVolume() {
+func ExampleAdd() {
 	clk := clock.NewManual(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	network := replication.NewSimNetwork(1, clk)
 	host, err := replication.NewHost(replication.Config{
@@ -32,7 +33,7 @@ func ExampleHost_AddVolume() {
 		panic(err)
 	}
 	local, _ := backend.NewMemory(1<<20, 4096)
-	volume, err := host.AddVolume(7, []replication.NodeID{1}, local)
+	vol, err := volume.Add(host, 7, []replication.NodeID{1}, local)
 	if err != nil {
 		panic(err)
 	}
@@ -44,12 +45,12 @@ func ExampleHost_AddVolume() {
 		}
 	}
 	poll()
-	fmt.Println("leader:", volume.Group().Leader())
+	fmt.Println("leader:", vol.Group().Leader())
 
-	volume.WriteAtAsync(bytes.Repeat([]byte("b"), 4096), 8192, 0, func(err error) { fmt.Println("write:", err) })
+	vol.WriteAtAsync(bytes.Repeat([]byte("b"), 4096), 8192, 0, func(err error) { fmt.Println("write:", err) })
 	poll()
 	got := make([]byte, 4096)
-	volume.ReadAtAsync(got, 8192, func(err error) { fmt.Println("read:", err, string(got[:3])) })
+	vol.ReadAtAsync(got, 8192, func(err error) { fmt.Println("read:", err, string(got[:3])) })
 	poll()
 	// Output:
 	// leader: n1

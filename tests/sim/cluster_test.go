@@ -14,6 +14,7 @@ import (
 
 	"basalt/pkg/clock"
 	"basalt/pkg/pmem"
+	"basalt/pkg/volume"
 	"basalt/replication"
 )
 
@@ -63,7 +64,7 @@ type simNode struct {
 	region    *pmem.Fake
 	backends  [groupCount]*crashBackend
 	host      *replication.Host
-	vols      [groupCount]*replication.Volume
+	vols      [groupCount]*volume.Volume
 	downUntil time.Time // when a crashed node restarts
 	crashAt   time.Time // power loss armed: crash then
 	failing   bool
@@ -183,7 +184,7 @@ func (s *sim) start(n *simNode) {
 		return
 	}
 	for g := range groupCount {
-		v, err := h.AddVolume(replication.GroupID(g+1), members, n.backends[g])
+		v, err := volume.Add(h, replication.GroupID(g+1), members, n.backends[g])
 		if err != nil {
 			s.failf("%v: adding volume %d: %v", n.id, g+1, err)
 			return
@@ -307,7 +308,7 @@ func (s *sim) crash(n *simNode, why string) {
 	for _, b := range n.backends {
 		b.Crash(s.rand)
 	}
-	n.host, n.vols, n.failing = nil, [groupCount]*replication.Volume{}, false
+	n.host, n.vols, n.failing = nil, [groupCount]*volume.Volume{}, false
 	n.downUntil = s.clock.Now().Add(time.Duration(50+s.rand.IntN(1500)) * time.Millisecond)
 	s.tracef("%v: %s, down until %v", n.id, why, n.downUntil.Format("05.000"))
 	for _, op := range slices.Clone(s.inflight) {

@@ -1,0 +1,91 @@
+package volume
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"basalt/replication"
+)
+
+// A volume's log entries are operations on its blocks (doc.go,
+// "Operations"): a 24-byte header, then the data of a write.
+const (
+	opVersion    = 1
+	opHeaderSize = 24
+)
+
+// opKind is what an operation does.
+type opKind uint8
+
+const (
+	opWrite       opKind = 1
+	opTrim        opKind = 2
+	opWriteZeroes opKind = 3
+)
+
+func (k opKind) String() string {
+	switch k {
+	case opWrite:
+		return "write"
+	case opTrim:
+		return "trim"
+	case opWriteZeroes:
+		return "write-zeroes"
+	}
+	return fmt.Sprintf("op(%d)", uint8(k))
+}
+
+// op is a decoded operation; data aliases the entry.
+type op struct {
+	kind   opKind
+	offset int64
+	length int64
+	data   []byte
+}
+
+// encodeOp returns a proposal entry holding the operation:
+// replication.ProposalHeaderSize bytes left for the group, the op header,
+// and a copy of data (writes only).
+func encodeOp(kind opKind, offset, length int64, data []byte) []byte {
+	b := make([]byte, replication.ProposalHeaderSize+opHeaderSize+len(data))
+	h := b[replication.ProposalHeaderSize:]
+	h[0] = opVersion
+	h[1] = byte(kind)
+	binary.LittleEndian.PutUint64(h[8:], uint64(offset))
+	binary.LittleEndian.PutUint64(h[16:], uint64(length))
+	copy(h[opHeaderSize:], data)
+	return b
+}
+
+// decodeOp parses an operation (the entry without its proposal ID) and
+// checks it is self-consistent; the volume checks its range.
+func decodeOp(b []byte) (op, error) {
+	if len(b) < opHeaderSize {
+		return op{}, fmt.Errorf("%w: operation of %d bytes", ErrCorrupt, len(b))
+	}
+	if b[0] != opVersion {
+		return op{}, fmt.Errorf("%w: operation version %d", ErrCorrupt, b[0])
+	}
+	for _, c := range b[2:8] {
+		if c != 0 {
+			return op{}, fmt.Errorf("%w: operation reserved bytes set", ErrCorrupt)
+		}
+	}
+	o := op{
+		kind:   opKind(b[1]),
+		offset: int64(binary.LittleEndian.Uint64(b[8:])),
+		length: int64(binary.LittleEndian.Uint64(b[16:])),
+		data:   b[opHeaderSize:],
+	}
+	switch {
+	case o.offset < 0 || o.length <= 0:
+		return op{}, fmt.Errorf("%w: %v at %d of %d bytes", ErrCorrupt, o.kind, o.offset, o.length)
+	case o.kind == opWrite && int64(len(o.data)) != o.length:
+		return op{}, fmt.Errorf("%w: write of %d bytes carries %d", ErrCorrupt, o.length, len(o.data))
+	case (o.kind == opTrim || o.kind == opWriteZeroes) && len(o.data) != 0:
+		return op{}, fmt.Errorf("%w: %v carries data", ErrCorrupt, o.kind)
+	case o.kind < opWrite || o.kind > opWriteZeroes:
+		return op{}, fmt.Errorf("%w: operation kind %d", ErrCorrupt, b[1])
+	}
+	return o, nil
+}
