@@ -2,8 +2,9 @@
 // package that imports the Prometheus client.
 //
 // Per volume (labels volume, op = read|write|flush|trim|write_zeroes),
-// measured on the host-facing replicated backend, so a write's latency is
-// its Raft commit latency (persisted on a majority and applied):
+// counted by the host-facing replicated backend itself (pkg/volume's
+// Counters, read at scrape time; TrackVolume), so a write's latency is its
+// Raft commit latency (persisted on a majority and applied):
 //
 //	basalt_volume_ops_total            counter    commands completed
 //	basalt_volume_errors_total         counter    commands failed (ANA "inaccessible" included)
@@ -52,16 +53,8 @@ import (
 type Registry struct {
 	reg   *prometheus.Registry
 	clock clock.Clock
-	vol   volumeVecs
+	vol   *volumes
 }
-
-type volumeVecs struct {
-	ops, errs, bytes *prometheus.CounterVec
-	latency          *prometheus.HistogramVec
-}
-
-// latencyBuckets span 25 µs to about 3.3 s.
-var latencyBuckets = prometheus.ExponentialBuckets(25e-6, 2, 18)
 
 // New returns a registry with the Go runtime and process collectors and
 // the per-volume metrics, sampling sources at every scrape.
@@ -69,21 +62,9 @@ func New(src Sources, clk clock.Clock) *Registry {
 	if clk == nil {
 		clk = clock.Real()
 	}
-	r := &Registry{reg: prometheus.NewRegistry(), clock: clk}
-	labels := []string{"volume", "op"}
-	r.vol = volumeVecs{
-		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basalt_volume_ops_total",
-			Help: "Commands completed on the volume through this node."}, labels),
-		errs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basalt_volume_errors_total",
-			Help: "Commands that failed on the volume through this node."}, labels),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "basalt_volume_bytes_total",
-			Help: "Bytes read or written on the volume through this node."}, labels),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "basalt_volume_latency_seconds",
-			Help:    "Command latency on the volume; for writes on the leader, the Raft commit latency.",
-			Buckets: latencyBuckets}, labels),
-	}
+	r := &Registry{reg: prometheus.NewRegistry(), clock: clk, vol: newVolumes()}
 	r.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		r.vol.ops, r.vol.errs, r.vol.bytes, r.vol.latency, &sampler{src: src},
+		r.vol, &sampler{src: src},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "basalt_invariant_violations_total",
 			Help: "Broken internal invariants found and contained to one command, connection or group (a bug: report it)."},
 			func() float64 { return float64(invariant.Violations()) }))

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"basalt/pkg/backend"
+	"basalt/pkg/clock"
 	"basalt/pkg/cluster"
 	"basalt/pkg/invariant"
+	"basalt/pkg/volume"
 	"basalt/target"
 )
 
@@ -46,7 +48,7 @@ func TestVolumeMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := r.WrapVolume("v1", mem)
+	v := r.TrackVolume("v1", mem)
 	ctx := context.Background()
 	buf := make([]byte, 8192)
 	for range 3 {
@@ -60,7 +62,7 @@ func TestVolumeMetrics(t *testing.T) {
 	_ = v.Flush(ctx)
 	_ = v.Trim(ctx, 0, 4096)
 	_ = v.WriteZeroes(ctx, 0, 4096)
-	f := r.WrapVolume("v2", failing{mem})
+	f := r.TrackVolume("v2", failing{mem})
 	if err := f.WriteAt(ctx, buf, 0, 0); !errors.Is(err, backend.ErrInaccessible) {
 		t.Fatalf("error not passed through: %v", err)
 	}
@@ -170,7 +172,7 @@ func TestStoreDiscardAndScrubMetrics(t *testing.T) {
 func BenchmarkVolumeWrite(b *testing.B) {
 	r := New(Sources{}, nil)
 	mem, _ := backend.NewMemory(1<<20, 4096)
-	v := r.WrapVolume("bench", mem)
+	v := r.TrackVolume("bench", mem)
 	buf := make([]byte, 4096)
 	ctx := context.Background()
 	b.ReportAllocs()
@@ -191,17 +193,76 @@ type healthBackend struct{ backend.Backend }
 
 func (healthBackend) Health() (backend.Health, bool) { return backend.Health{Drives: 4}, true }
 
-// The instrumented volume forwards the health of what it wraps.
+// A counted backend forwards the health of what it counts.
 func TestVolumeForwardsHealth(t *testing.T) {
 	r := New(Sources{}, nil)
 	mem, err := backend.NewMemory(1<<20, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := backend.HealthOf(r.WrapVolume("a", mem)); ok {
+	if _, ok := backend.HealthOf(r.TrackVolume("a", mem)); ok {
 		t.Fatal("health reported over a backend without any")
 	}
-	if h, ok := backend.HealthOf(r.WrapVolume("b", healthBackend{mem})); !ok || h.Drives != 4 {
+	if h, ok := backend.HealthOf(r.TrackVolume("b", healthBackend{mem})); !ok || h.Drives != 4 {
 		t.Fatalf("HealthOf = %+v, %v", h, ok)
 	}
+}
+
+// slowBackend takes d of the manual clock for every write.
+type slowBackend struct {
+	backend.Backend
+	clk *clock.Manual
+	d   time.Duration
+}
+
+func (s slowBackend) WriteAt(ctx context.Context, p []byte, off int64, f backend.WriteFlags) error {
+	s.clk.Advance(s.d)
+	return s.Backend.WriteAt(ctx, p, off, f)
+}
+
+// The latency histogram puts each command in the bucket its latency
+// belongs to (le: at most the bound), with the sum in seconds, and
+// exports every op of a volume, counted or not.
+func TestVolumeLatencyBuckets(t *testing.T) {
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := New(Sources{}, clk)
+	mem, err := backend.NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := r.TrackVolume("v", slowBackend{Backend: mem, clk: clk, d: 40 * time.Microsecond})
+	buf := make([]byte, 4096)
+	for range 2 {
+		if err := v.WriteAt(context.Background(), buf, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustContain(t, scrape(t, r),
+		`basalt_volume_latency_seconds_bucket{op="write",volume="v",le="2.5e-05"} 0`,
+		`basalt_volume_latency_seconds_bucket{op="write",volume="v",le="5e-05"} 2`,
+		`basalt_volume_latency_seconds_bucket{op="write",volume="v",le="3.2768"} 2`,
+		`basalt_volume_latency_seconds_bucket{op="write",volume="v",le="+Inf"} 2`,
+		`basalt_volume_latency_seconds_sum{op="write",volume="v"} 8e-05`,
+		`basalt_volume_latency_seconds_count{op="write",volume="v"} 2`,
+		`basalt_volume_ops_total{op="read",volume="v"} 0`,
+		`basalt_volume_latency_seconds_count{op="trim",volume="v"} 0`,
+	)
+}
+
+// A replicated volume counts its own I/O: TrackVolume exports its counters
+// and serves it as it is, with no wrapper.
+func TestTrackVolumeExportsAVolumesOwnCounters(t *testing.T) {
+	r := New(Sources{}, nil)
+	mem, err := backend.NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := volume.Instrument(mem, clock.Real()) // stands in for a volume.Volume: it counts itself
+	if got := r.TrackVolume("own", c); got != backend.Backend(c) {
+		t.Fatalf("TrackVolume wrapped a backend that counts itself: %T", got)
+	}
+	if err := c.WriteAt(context.Background(), make([]byte, 8192), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, scrape(t, r), `basalt_volume_bytes_total{op="write",volume="own"} 8192`)
 }

@@ -1,131 +1,102 @@
 package metrics
 
 import (
-	"context"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"basalt/pkg/backend"
-	"basalt/pkg/clock"
+	"basalt/pkg/volume"
 )
 
-// The op label values.
-const (
-	opRead = iota
-	opWrite
-	opFlush
-	opTrim
-	opWriteZeroes
-	numOps
-)
+// volumes exports the I/O counters of the volumes this node serves
+// (pkg/volume keeps them, all atomics, on the I/O path), reading them at
+// every scrape: nothing here runs per I/O.
+type volumes struct {
+	mu     sync.Mutex
+	byName map[string]*volume.Counters
 
-var opNames = [numOps]string{"read", "write", "flush", "trim", "write_zeroes"}
-
-// opMetrics are one (volume, op)'s resolved children, so the I/O path does
-// no label lookups.
-type opMetrics struct {
-	ops, errs, bytes prometheus.Counter
-	latency          prometheus.Observer
+	ops, errs, bytes, latency *prometheus.Desc
+	bounds                    [volume.LatencyBuckets]float64 // seconds
 }
 
-// Volume is an instrumented backend.Backend.
-type Volume struct {
-	backend.Backend
-	clock clock.Clock
-	op    [numOps]opMetrics
-}
-
-// WrapVolume returns b instrumented under the volume label name.
-func (r *Registry) WrapVolume(name string, b backend.Backend) *Volume {
-	v := &Volume{Backend: b, clock: r.clock}
-	for i, op := range opNames {
-		v.op[i] = opMetrics{
-			ops: r.vol.ops.WithLabelValues(name, op), errs: r.vol.errs.WithLabelValues(name, op),
-			bytes: r.vol.bytes.WithLabelValues(name, op), latency: r.vol.latency.WithLabelValues(name, op),
-		}
+func newVolumes() *volumes {
+	labels := []string{"volume", "op"}
+	v := &volumes{byName: map[string]*volume.Counters{},
+		ops: prometheus.NewDesc("basalt_volume_ops_total",
+			"Commands completed on the volume through this node.", labels, nil),
+		errs: prometheus.NewDesc("basalt_volume_errors_total",
+			"Commands that failed on the volume through this node.", labels, nil),
+		bytes: prometheus.NewDesc("basalt_volume_bytes_total",
+			"Bytes read or written on the volume through this node.", labels, nil),
+		latency: prometheus.NewDesc("basalt_volume_latency_seconds",
+			"Command latency on the volume; for writes on the leader, the Raft commit latency.", labels, nil),
+	}
+	for i := range v.bounds {
+		v.bounds[i] = volume.BucketBound(i).Seconds()
 	}
 	return v
 }
 
+// TrackVolume exports the I/O counts of b, the host-facing backend of
+// volume name, and returns the backend to serve: b itself when it counts
+// its I/O (a volume.Volume), else b counting it (volume.Instrument).
+// ForgetVolume stops the export.
+func (r *Registry) TrackVolume(name string, b backend.Backend) backend.Backend {
+	ib := volume.Instrument(b, r.clock)
+	r.AddVolume(name, ib.Counters())
+	return ib
+}
+
+// AddVolume exports c under the volume label name, replacing the counters
+// exported under it before.
+func (r *Registry) AddVolume(name string, c *volume.Counters) {
+	r.vol.mu.Lock()
+	defer r.vol.mu.Unlock()
+	r.vol.byName[name] = c
+}
+
 // ForgetVolume drops the metrics of a volume that left this node.
 func (r *Registry) ForgetVolume(name string) {
-	for _, vec := range []*prometheus.CounterVec{r.vol.ops, r.vol.errs, r.vol.bytes} {
-		vec.DeletePartialMatch(prometheus.Labels{"volume": name})
+	r.vol.mu.Lock()
+	defer r.vol.mu.Unlock()
+	delete(r.vol.byName, name)
+}
+
+// Describe implements prometheus.Collector.
+func (v *volumes) Describe(ch chan<- *prometheus.Desc) {
+	ch <- v.ops
+	ch <- v.errs
+	ch <- v.bytes
+	ch <- v.latency
+}
+
+// Collect implements prometheus.Collector.
+func (v *volumes) Collect(ch chan<- prometheus.Metric) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for name, c := range v.byName {
+		for op := range volume.NumOps {
+			s := c.Stats(op)
+			labels := []string{name, op.String()}
+			ch <- prometheus.MustNewConstMetric(v.ops, prometheus.CounterValue, float64(s.Ops), labels...)
+			ch <- prometheus.MustNewConstMetric(v.errs, prometheus.CounterValue, float64(s.Errors), labels...)
+			ch <- prometheus.MustNewConstMetric(v.bytes, prometheus.CounterValue, float64(s.Bytes), labels...)
+			ch <- v.histogram(&s, labels)
+		}
 	}
-	r.vol.latency.DeletePartialMatch(prometheus.Labels{"volume": name})
 }
 
-// Unwrap returns the instrumented backend.
-func (v *Volume) Unwrap() backend.Backend { return v.Backend }
-
-func (v *Volume) done(op int, n int, start int64, err error) {
-	m := &v.op[op]
-	m.latency.Observe(float64(v.clock.Now().UnixNano()-start) / 1e9)
-	if err != nil {
-		m.errs.Inc()
-		return
+// histogram converts an op's latency buckets (not cumulative, the last
+// beyond every bound) to Prometheus's (cumulative, +Inf implied by the
+// count).
+func (v *volumes) histogram(s *volume.OpStats, labels []string) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(v.bounds))
+	var n uint64
+	for i, le := range v.bounds {
+		n += s.Buckets[i]
+		buckets[le] = n
 	}
-	m.ops.Inc()
-	if n > 0 {
-		m.bytes.Add(float64(n))
-	}
-}
-
-// ReadAt implements backend.Backend.
-func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) error {
-	start := v.clock.Now().UnixNano()
-	err := v.Backend.ReadAt(ctx, p, off)
-	v.done(opRead, len(p), start, err)
-	return err
-}
-
-// WriteAt implements backend.Backend.
-func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64, f backend.WriteFlags) error {
-	start := v.clock.Now().UnixNano()
-	err := v.Backend.WriteAt(ctx, p, off, f)
-	v.done(opWrite, len(p), start, err)
-	return err
-}
-
-// AsyncWrites implements backend.AsyncWriter: as the instrumented backend.
-func (v *Volume) AsyncWrites() bool {
-	_, ok := backend.AsAsyncWriter(v.Backend)
-	return ok
-}
-
-// WriteAtAsync implements backend.AsyncWriter, counting the write when done
-// is called.
-func (v *Volume) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done func(error)) {
-	start := v.clock.Now().UnixNano()
-	backend.WriteAtAsync(v.Backend, p, off, f, func(err error) {
-		v.done(opWrite, len(p), start, err)
-		done(err)
-	})
-}
-
-// Health implements backend.HealthReporter: as the instrumented backend.
-func (v *Volume) Health() (backend.Health, bool) { return backend.HealthOf(v.Backend) }
-
-// Flush implements backend.Backend.
-func (v *Volume) Flush(ctx context.Context) error {
-	start := v.clock.Now().UnixNano()
-	err := v.Backend.Flush(ctx)
-	v.done(opFlush, 0, start, err)
-	return err
-}
-
-// Trim implements backend.Backend.
-func (v *Volume) Trim(ctx context.Context, off, n int64) error {
-	start := v.clock.Now().UnixNano()
-	err := v.Backend.Trim(ctx, off, n)
-	v.done(opTrim, 0, start, err)
-	return err
-}
-
-// WriteZeroes implements backend.Backend.
-func (v *Volume) WriteZeroes(ctx context.Context, off, n int64) error {
-	start := v.clock.Now().UnixNano()
-	err := v.Backend.WriteZeroes(ctx, off, n)
-	v.done(opWriteZeroes, 0, start, err)
-	return err
+	return prometheus.MustNewConstHistogram(v.latency, n+s.Buckets[volume.LatencyBuckets], s.LatencySum.Seconds(),
+		buckets, labels...)
 }

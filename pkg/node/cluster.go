@@ -256,7 +256,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host}, Replicas: replicas,
 		Target: t, Port: port, Forward: api.NewClient("").Forwarder(),
 		Wrap: func(v *cluster.Volume, b backend.Backend) backend.Backend {
-			return cp.metrics.WrapVolume(v.Name, b)
+			return cp.metrics.TrackVolume(v.Name, b)
 		},
 		Unwrap: func(v *cluster.Volume) { cp.metrics.ForgetVolume(v.Name) },
 		Clock:  clock.Real(), Logger: log.With("part", "cluster"),

@@ -104,7 +104,7 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 		Self: peers[an.ID-1], Peers: peers, Machine: m, Replicator: ac.Net.Replicator(an.ID),
 		Replicas: &cluster.MemoryReplicas{}, Target: tgt, Port: uint16(an.ID), Resync: 20 * time.Millisecond,
 		Forward: client.Forwarder(),
-		Wrap:    func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.WrapVolume(v.Name, b) },
+		Wrap:    func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.TrackVolume(v.Name, b) },
 		Unwrap:  func(v *cluster.Volume) { reg.ForgetVolume(v.Name) },
 	})
 	if err != nil {
