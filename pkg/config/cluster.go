@@ -151,7 +151,16 @@ type RaftLog struct {
 	Path string `toml:"path"`
 	// Size in bytes. Default 256MiB.
 	Size Size `toml:"size"`
+	// Persist is how the region's writes are made durable: "auto" (the
+	// default: cache-line write-back on a MAP_SYNC mapping where the file
+	// is on a DAX filesystem, msync elsewhere) or PersistMsync (msync even
+	// on DAX, to measure one against the other).
+	Persist string `toml:"persist"`
 }
+
+// PersistMsync is the raft_log.persist value that makes the region persist
+// with msync even on a DAX filesystem (pmem.FileOptions.Msync).
+const PersistMsync = "msync"
 
 // Duration is a time.Duration written as "50ms", "2s".
 type Duration time.Duration
@@ -276,6 +285,9 @@ func (c *Config) validateCluster() []error {
 	}
 	if c.RaftLog.Size < 1<<20 {
 		add("raft_log.size %d: want at least 1MiB", c.RaftLog.Size)
+	}
+	if p := c.RaftLog.Persist; p != "" && p != "auto" && p != PersistMsync {
+		add("raft_log.persist %q: want auto or %s", p, PersistMsync)
 	}
 	if s := c.Store; s != nil {
 		if len(s.Drives) == 0 || s.BufferSize <= 0 {

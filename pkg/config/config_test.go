@@ -135,6 +135,27 @@ func TestClusterDefaults(t *testing.T) {
 	}
 }
 
+// TestRaftLogPersist: raft_log.persist is empty by default (auto) and takes
+// "auto" and "msync".
+func TestRaftLogPersist(t *testing.T) {
+	for _, v := range []string{"auto", PersistMsync} {
+		c, err := Load(write(t, sed(t, clusterFile, `s/\[store\]/[raft_log]\npersist = "`+v+`"\n[store]/`)))
+		if err != nil {
+			t.Fatalf("persist = %q: %v", v, err)
+		}
+		if c.RaftLog.Persist != v {
+			t.Errorf("persist = %q read as %q", v, c.RaftLog.Persist)
+		}
+	}
+	c, err := Load(write(t, clusterFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RaftLog.Persist != "" {
+		t.Errorf("default persist %q, want empty (auto)", c.RaftLog.Persist)
+	}
+}
+
 func TestClusterValidation(t *testing.T) {
 	tests := []struct {
 		name, edit string
@@ -154,6 +175,7 @@ func TestClusterValidation(t *testing.T) {
 		{"store discard", `s/buffer_size = "1GiB"/buffer_size = "1GiB"\ndiscard = "sometimes"/`, []string{"discard \"sometimes\""}},
 		{"subsystems in a cluster", `s/\[cluster\]/[[subsystem]]\nnqn = "nqn.x:y"\nallow_any_host = true\n[cluster]/`, []string{"cannot be used with [cluster]"}},
 		{"tiny raft log", `s/\[store\]/[raft_log]\nsize = "4KiB"\n[store]/`, []string{"raft_log.size"}},
+		{"raft log persist", `s/\[store\]/[raft_log]\npersist = "clflush"\n[store]/`, []string{"raft_log.persist \"clflush\""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

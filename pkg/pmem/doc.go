@@ -18,8 +18,10 @@
 //     each 64-byte cache line of the range (CLWB when the CPU has it, else
 //     CLFLUSHOPT, else CLFLUSH) and ends with SFENCE; no system call. On
 //     architectures without that assembly Persist falls back to msync.
-//   - ModeMsync: any other filesystem. The mapping is plain MAP_SHARED and
-//     Persist is msync(MS_SYNC) over the page-aligned range.
+//   - ModeMsync: any other filesystem, or any file opened with
+//     OpenFileWith and FileOptions.Msync (a DAX one too, to compare). The
+//     mapping is plain MAP_SHARED and Persist is msync(MS_SYNC) over the
+//     page-aligned range.
 //   - ModeVolatile: the file lives on tmpfs or ramfs, mapped MAP_SHARED. Its
 //     pages are the file, so a store is in the file at once: Persist checks
 //     the range and does nothing more (no msync). The bytes survive the

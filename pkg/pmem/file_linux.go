@@ -37,6 +37,21 @@ var _ Region = (*FileRegion)(nil)
 // without -o dax) gets a plain MAP_SHARED mapping instead (ModeMsync, or
 // ModeVolatile on tmpfs and ramfs). Mode says which one was obtained.
 func OpenFile(path string, size int) (*FileRegion, error) {
+	return OpenFileWith(path, size, FileOptions{})
+}
+
+// FileOptions adjust how OpenFileWith maps a file. The zero value is what
+// OpenFile does.
+type FileOptions struct {
+	// Msync, when set, never asks for a MAP_SYNC mapping: the file is
+	// mapped MAP_SHARED and Persist is msync(MS_SYNC) (ModeMsync, or
+	// ModeVolatile on tmpfs and ramfs) even on a DAX filesystem. It exists
+	// to compare the two ways of persisting on the same file.
+	Msync bool
+}
+
+// OpenFileWith is OpenFile with opts.
+func OpenFileWith(path string, size int, opts FileOptions) (*FileRegion, error) {
 	pageSize := os.Getpagesize()
 	if size <= 0 || size%pageSize != 0 {
 		return nil, fmt.Errorf("%w: %d bytes is not a positive multiple of the %d-byte page", ErrSize, size, pageSize)
@@ -45,7 +60,7 @@ func OpenFile(path string, size int) (*FileRegion, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pmem: while opening: %w", err)
 	}
-	r, err := mapFile(file, size, created)
+	r, err := mapFile(file, size, created, !opts.Msync)
 	if err != nil {
 		return nil, errors.Join(err, file.Close())
 	}
@@ -68,8 +83,10 @@ func openOrCreate(path string) (file *os.File, created bool, err error) {
 }
 
 // syncFile and syncDir make a file's data and size, and a directory's
-// entries, durable. Tests replace them to see that OpenFile calls them.
+// entries, durable, and mmap maps a file. Tests replace them to see that
+// OpenFile calls them.
 var (
+	mmap     = unix.Mmap
 	syncFile = func(f *os.File) error { return f.Sync() }
 	syncDir  = func(dir string) error {
 		d, err := os.Open(dir)
@@ -80,7 +97,9 @@ var (
 	}
 )
 
-func mapFile(file *os.File, size int, created bool) (*FileRegion, error) {
+// mapFile sizes, syncs and maps file: with MAP_SYNC first when trySync is
+// set, else (or when the filesystem refuses MAP_SYNC) with MAP_SHARED.
+func mapFile(file *os.File, size int, created, trySync bool) (*FileRegion, error) {
 	path := file.Name()
 	extended, err := extendFile(file, int64(size))
 	if err != nil {
@@ -98,15 +117,17 @@ func mapFile(file *os.File, size int, created bool) (*FileRegion, error) {
 	}
 	fd := int(file.Fd())
 	const protection = unix.PROT_READ | unix.PROT_WRITE
-	mem, err := unix.Mmap(fd, 0, size, protection, unix.MAP_SHARED_VALIDATE|unix.MAP_SYNC)
-	if err == nil {
-		r := &FileRegion{path: path, file: file, mem: mem, mode: ModeDAX, writeBack: writeBackMethod}
-		return r, nil
+	if trySync {
+		mem, err := mmap(fd, 0, size, protection, unix.MAP_SHARED_VALIDATE|unix.MAP_SYNC)
+		if err == nil {
+			r := &FileRegion{path: path, file: file, mem: mem, mode: ModeDAX, writeBack: writeBackMethod}
+			return r, nil
+		}
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
+			return nil, fmt.Errorf("pmem: while mapping %s with MAP_SYNC: %w", path, err)
+		}
 	}
-	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EINVAL) {
-		return nil, fmt.Errorf("pmem: while mapping %s with MAP_SYNC: %w", path, err)
-	}
-	mem, err = unix.Mmap(fd, 0, size, protection, unix.MAP_SHARED)
+	mem, err := mmap(fd, 0, size, protection, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("pmem: while mapping %s: %w", path, err)
 	}
