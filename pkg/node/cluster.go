@@ -205,7 +205,7 @@ func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(filepath.Dir(rl.Path), 0o700); err != nil {
 		return fmt.Errorf("node: raft log directory: %w", err)
 	}
-	region, err := pmem.OpenFile(rl.Path, int(rl.Size))
+	region, err := pmem.OpenFileWith(rl.Path, int(rl.Size), pmem.FileOptions{Msync: rl.Persist == config.PersistMsync})
 	if err != nil {
 		return fmt.Errorf("node: raft log %s: %w", rl.Path, err)
 	}
