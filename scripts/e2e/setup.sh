@@ -8,8 +8,8 @@
 #            rootfs/      those packages unpacked with `dpkg -x` (never installed)
 #                         (debs/ and rootfs/ are removed once the initrd is built)
 #            vmlinuz      the guest kernel
-#            initrd.img   gzip'd cpio (newc): busybox, nvme-cli, e2fsprogs, libs,
-#                         modules and /init; a per-run cpio holding /test.sh is
+#            initrd.img   gzip'd cpio (newc): busybox, nvme-cli, e2fsprogs, ndctl,
+#                         libs, modules and /init; a per-run cpio holding /test.sh is
 #                         appended to it by the Go harness (tests/e2e/vm.go)
 #            stamp        sha256 of this script: when it matches, nothing is redone
 #
@@ -81,6 +81,7 @@ GUEST_PKGS=(
 	nvme-cli libnvme1 libjson-c5 libuuid1 zlib1g libssl3 libdbus-1-3
 	libsystemd0 libcap2 libgcrypt20 libgpg-error0 liblzma5 libzstd1 liblz4-1
 	e2fsprogs libext2fs2 libcom-err2 libblkid1 libss2
+	ndctl libndctl6 libdaxctl1 libkeyutils1 libiniparser1 libudev1 libkmod2
 	libc6 libgcc-s1
 )
 
@@ -93,8 +94,10 @@ BOOT_MODULES=(
 	nvme-core nvme-fabrics nvme-tcp
 	ext4
 )
-# Modules shipped but loaded only on demand (`modload NAME`).
-EXTRA_MODULES=(nvmet nvmet-tcp configfs loop brd)
+# Modules shipped but loaded only on demand (`modload NAME`). nfit and
+# nd_pmem expose qemu's emulated NVDIMM (-device nvdimm) as a pmem region and
+# block device that ndctl can put in fsdax mode (tests/e2e/guest/dax.sh).
+EXTRA_MODULES=(nvmet nvmet-tcp configfs loop brd nfit nd_pmem)
 
 download_debs() {
 	local kpkg=$1 dir=$CACHE/debs
@@ -263,14 +266,15 @@ build_initrd() {
 
 	copy_file bin/busybox
 	copy_file usr/sbin/nvme
+	copy_file usr/bin/ndctl
 	for name in mke2fs mkfs.ext4 e2fsck fsck.ext4 dumpe2fs tune2fs; do
 		copy_file "sbin/$name"
 	done
-	copy_libs bin/busybox usr/sbin/nvme sbin/mke2fs sbin/e2fsck
+	copy_libs bin/busybox usr/sbin/nvme sbin/mke2fs sbin/e2fsck usr/bin/ndctl
 	# busybox applets, except where a real tool is shipped (dynamic busybox:
 	# PATH decides, so e2fsprogs' mke2fs wins over the applet).
 	for name in $("$CACHE/rootfs/lib64/ld-linux-x86-64.so.2" --library-path "$CACHE/rootfs/lib/x86_64-linux-gnu" "$CACHE/rootfs/bin/busybox" --list); do
-		case $name in busybox | mke2fs | mkfs.* | e2fsck | fsck* | tune2fs | dumpe2fs | nvme) continue ;; esac
+		case $name in busybox | mke2fs | mkfs.* | e2fsck | fsck* | tune2fs | dumpe2fs | nvme | ndctl) continue ;; esac
 		[[ -e $STAGE/bin/$name ]] || ln -s busybox "$STAGE/bin/$name"
 	done
 	ln -sfn bin/busybox "$STAGE/linuxrc" 2>/dev/null || true

@@ -283,6 +283,7 @@ func TestGuestScriptsParse(t *testing.T) {
 		"host":     GuestScript(vars, []string{"hostflow.sh"}, "host_flow"),
 		"failover": GuestScript(vars, []string{"failover.sh"}, "target_kill() { mark k; }\nfailover_flow"),
 		"nvmet":    GuestScript(vars, []string{"hostflow.sh", "failover.sh", "nvmet.sh"}, "nvmet_setup\nhost_flow\nfailover_flow"),
+		"dax":      GuestScript(vars, []string{"dax.sh"}, "dax_flow"),
 	}
 	for name, s := range scripts {
 		if out, err := exec.Command(sh, "-n", "-c", s).CombinedOutput(); err != nil {

@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -182,6 +183,27 @@ type BootOptions struct {
 	// HostFwd are slirp hostfwd rules ("tcp:127.0.0.1:HPORT-:GPORT") that
 	// make guest ports reachable from the host.
 	HostFwd []string
+	// NVDIMM, if set, gives the guest an emulated NVDIMM.
+	NVDIMM *NVDIMM
+	// Files are put in the per-run cpio beside /test.sh. Their names must
+	// be in directories the base initramfs has (bin/, etc/, ...): the
+	// kernel's unpacker makes no parent directories for a file.
+	Files []GuestFile
+}
+
+// NVDIMM is an emulated NVDIMM (-machine nvdimm=on, -device nvdimm) backed
+// by a host file mapped shared, so the guest's stores reach the file. It has
+// no label space: the guest sees one label-less region (guest/dax.sh).
+type NVDIMM struct {
+	Path string // host file, created or extended (sparse) to Size
+	Size int64  // bytes, a multiple of 2 MiB
+}
+
+// GuestFile is a regular file for the guest's initramfs.
+type GuestFile struct {
+	Name string // path in the guest without the leading slash, e.g. "bin/basaltd"
+	Mode uint32 // permission bits, e.g. 0o755
+	Data []byte
 }
 
 // Result is what a guest run produced.
@@ -208,11 +230,17 @@ func Boot(t testing.TB, opts BootOptions) *Result {
 		t.Fatalf("Boot: timeout %s too short (min %s)", opts.Timeout, bootAllowance+30*time.Second)
 	}
 	initrd := filepath.Join(t.TempDir(), "initrd-with-test.img")
-	if err := writeInitrd(initrd, env.Initrd, opts.Script); err != nil {
+	if err := writeInitrd(initrd, env.Initrd, opts.Script, opts.Files); err != nil {
 		t.Fatalf("Boot: %v", err)
 	}
 	budget := int((opts.Timeout - bootAllowance) / time.Second)
 	args := qemuArgs(env.Kernel, initrd, budget, opts.HostFwd)
+	if opts.NVDIMM != nil {
+		var err error
+		if args, err = withNVDIMM(args, *opts.NVDIMM); err != nil {
+			t.Fatalf("Boot: %v", err)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Timeout)
 	defer cancel()
@@ -261,7 +289,7 @@ func qemuArgs(kernel, initrd string, budgetSeconds int, hostFwd []string) []stri
 		accel = "tcg"
 	}
 	return []string{
-		"-accel", accel, "-cpu", "max", "-m", "1024", "-smp", "2",
+		"-accel", accel, "-cpu", "max", "-m", strconv.Itoa(guestMemoryMiB), "-smp", "2",
 		"-nographic", "-no-reboot",
 		"-kernel", kernel, "-initrd", initrd,
 		"-append", fmt.Sprintf("console=ttyS0 quiet loglevel=1 panic=-1 basalt.timeout=%d", budgetSeconds),
@@ -269,6 +297,40 @@ func qemuArgs(kernel, initrd string, budgetSeconds int, hostFwd []string) []stri
 		// romfile=: no iPXE option ROM; the guest boots from -kernel.
 		"-device", "virtio-net-pci,netdev=n0,romfile=",
 	}
+}
+
+// guestMemoryMiB is the guest's RAM (qemuArgs' -m).
+const guestMemoryMiB = 1024
+
+// withNVDIMM adds nv to qemuArgs' args: a machine with NVDIMM support,
+// memory slots for it, its backing file (created or extended here) and the
+// device.
+func withNVDIMM(args []string, nv NVDIMM) ([]string, error) {
+	if nv.Size <= 0 || nv.Size%(2<<20) != 0 {
+		return nil, fmt.Errorf("NVDIMM size %d: want a positive multiple of 2 MiB", nv.Size)
+	}
+	f, err := os.OpenFile(nv.Path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("NVDIMM backing file: %w", err)
+	}
+	info, err := f.Stat()
+	if err == nil && info.Size() < nv.Size {
+		err = f.Truncate(nv.Size)
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return nil, fmt.Errorf("NVDIMM backing file %s: %w", nv.Path, err)
+	}
+	out := slices.Clone(args)
+	i := slices.Index(out, "-m")
+	if i < 0 || i+1 >= len(out) {
+		return nil, errors.New("withNVDIMM: no -m in the qemu arguments")
+	}
+	out[i+1] = fmt.Sprintf("%d,slots=2,maxmem=%dM", guestMemoryMiB, guestMemoryMiB+nv.Size>>20+1024)
+	return append(out,
+		"-machine", "pc,nvdimm=on",
+		"-object", fmt.Sprintf("memory-backend-file,id=nvmem0,share=on,mem-path=%s,size=%d", strings.ReplaceAll(nv.Path, ",", ",,"), nv.Size),
+		"-device", "nvdimm,id=nvdimm0,memdev=nvmem0",
+	), nil
 }
 
 func hostFwdOpts(rules []string) string {
@@ -282,8 +344,8 @@ func hostFwdOpts(rules []string) string {
 
 // writeInitrd writes base, zero padding to a 4-byte boundary (the kernel
 // looks for a following cpio only at aligned offsets), and a cpio holding
-// script as /test.sh.
-func writeInitrd(path, base, script string) error {
+// script as /test.sh and files.
+func writeInitrd(path, base, script string, files []GuestFile) error {
 	src, err := os.ReadFile(base)
 	if err != nil {
 		return fmt.Errorf("reading base initrd: %w", err)
@@ -293,7 +355,11 @@ func writeInitrd(path, base, script string) error {
 	for b.Len()%4 != 0 {
 		b.WriteByte(0)
 	}
-	if err := writeCpio(&b, []cpioFile{{Name: "test.sh", Mode: 0o100755, Data: []byte(script)}}); err != nil {
+	entries := []cpioFile{{Name: "test.sh", Mode: 0o100755, Data: []byte(script)}}
+	for _, f := range files {
+		entries = append(entries, cpioFile{Name: f.Name, Mode: 0o100000 | f.Mode&0o7777, Data: f.Data})
+	}
+	if err := writeCpio(&b, entries); err != nil {
 		return err
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
