@@ -4,7 +4,7 @@
 # flushes and verifies through it, survives a kill -9 of basaltd in the
 # middle of flushed writes, and times 4 KiB QD 1 writes with the Raft log
 # persisted by cache-line write-back (persist = "auto": MAP_SYNC, ModeDAX)
-# and then by msync (persist = "msync") on the same files.
+# then by msync (persist = "msync") on the same files, then by write-back again.
 # Needs: HOSTNQN CLUSTER_ID VOLUME VOLUME_SIZE LAT_N, and basaltd, basaltctl
 # and guestio in /bin (carried by the Go side).
 #
@@ -23,7 +23,7 @@ ctl() { basaltctl --api "$API" "$@"; }
 
 # die, as lib.sh's, after the end of the last basaltd's log.
 die() {
-	[ -n "${BASALTD_LOG:-}" ] && basaltd_dump_log
+	[ -n "${BASALTD_LOG:-}" ] && basaltd_dump_log && basaltd_warnings
 	echo "BASALT-E2E-FAIL $*"
 	exit 1
 }
@@ -198,10 +198,26 @@ dax_flow() {
 	run guestio verify -dev "$dev" -ack /tmp/ack.B
 	run guestio lat -dev "$dev" -lba 1024 -n "$LAT_N" -label msync
 
+	step "back to persist = auto for a second cache-line write-back run"
+	basaltd_signal TERM
+	kv basaltd_rc_term2 "$BASALTD_RC"
+	basaltd_start auto dax_again
+	wait_until 90 "the controller to reconnect" state_is "$ctrl" live
+	run guestio lat -dev "$dev" -lba 1024 -n "$LAT_N" -label dax2
+
 	phase dax-end
 	capture disconnect nvme disconnect -n "$nqn"
 	wait_until 30 "removal of the controller" no_ctrl_for "$nqn"
 	basaltd_signal TERM
 	kv basaltd_rc_end "$BASALTD_RC"
+	basaltd_warnings
 	step "done"
+}
+
+# basaltd_warnings: every run's WARN and ERROR lines, for the Go side to
+# show when the test fails.
+basaltd_warnings() {
+	echo "BASALT-E2E-BEGIN basaltd-warnings"
+	grep -h -E 'level=(WARN|ERROR)' /tmp/basaltd.*.log | tail -n 60
+	echo "BASALT-E2E-END basaltd-warnings"
 }
