@@ -83,6 +83,31 @@ func WriteAtAsync(b Backend, p []byte, off int64, flags WriteFlags, done func(er
 	aw.WriteAtAsync(p, off, flags, done)
 }
 
+// SubmitCopier is an optional capability of an AsyncWriter whose
+// WriteAtAsync has copied p (or no longer needs it) when it returns, so
+// that the caller may reuse p at once, although done comes later: it
+// relaxes AsyncWriter's "p must stay unchanged until done is called" to
+// "until WriteAtAsync returns", on every path, the write's failures and a
+// wait for room included. A replicated volume is one: it copies p into its
+// proposal. A target then lends the write its receive buffer in place.
+//
+// Like AsyncWrites, a wrapper backend implements it whatever it wraps and
+// reports CopiesOnSubmit of the wrapped backend, unless its own
+// WriteAtAsync keeps p (then false). Callers ask CopiesOnSubmit(b).
+type SubmitCopier interface {
+	CopiesOnSubmit() bool
+}
+
+// CopiesOnSubmit reports whether b has asynchronous writes (AsAsyncWriter)
+// that are done with their data when WriteAtAsync returns (SubmitCopier).
+func CopiesOnSubmit(b Backend) bool {
+	if _, ok := AsAsyncWriter(b); !ok {
+		return false
+	}
+	sc, ok := b.(SubmitCopier)
+	return ok && sc.CopiesOnSubmit()
+}
+
 // SpaceChecker is implemented by a thin backend that can run out of space
 // before its Size. CheckSpace reports, without writing, whether a write of n
 // bytes at off would still leave headroom bytes free: nil if so, an error

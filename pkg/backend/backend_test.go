@@ -155,3 +155,39 @@ func TestHealthOf(t *testing.T) {
 		t.Fatalf("HealthOf = %+v, %v", h, ok)
 	}
 }
+
+// asyncCopier offers asynchronous writes (async) and says it copies on
+// submit (copies); neither WriteAtAsync nor its result matters here.
+type asyncCopier struct {
+	Backend
+	async, copies bool
+}
+
+func (b asyncCopier) AsyncWrites() bool    { return b.async }
+func (b asyncCopier) CopiesOnSubmit() bool { return b.copies }
+func (b asyncCopier) WriteAtAsync(p []byte, off int64, f WriteFlags, done func(error)) {
+	done(b.WriteAt(context.Background(), p, off, f))
+}
+
+// CopiesOnSubmit holds only for a backend with asynchronous writes that
+// says it copies on submit.
+func TestCopiesOnSubmit(t *testing.T) {
+	m, err := NewMemory(1<<20, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		b    Backend
+		want bool
+	}{
+		{"memory", m, false},
+		{"async, copies", asyncCopier{m, true, true}, true},
+		{"async, keeps p", asyncCopier{m, true, false}, false},
+		{"copies, asynchronous writes off", asyncCopier{m, false, true}, false},
+	} {
+		if got := CopiesOnSubmit(tc.b); got != tc.want {
+			t.Errorf("%s: CopiesOnSubmit %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -55,6 +55,10 @@ func (e *export) AsyncWrites() bool {
 	return ok
 }
 
+// CopiesOnSubmit implements backend.SubmitCopier: as the replicated volume
+// (WriteAtAsync checks the range and forwards p).
+func (e *export) CopiesOnSubmit() bool { return backend.CopiesOnSubmit(e.Backend) }
+
 // WriteAtAsync implements backend.AsyncWriter.
 func (e *export) WriteAtAsync(p []byte, off int64, f backend.WriteFlags, done func(error)) {
 	if err := e.check(off, int64(len(p))); err != nil {
