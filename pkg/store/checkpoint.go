@@ -30,7 +30,7 @@ func (w *writer) checkpoint() error {
 			}
 		}
 	}
-	head, err := cw.Commit(meta.CheckpointHead{Seq: w.applied, BufferSeq: w.appliedBuf, BufferUUID: s.buf.UUID()})
+	head, err := cw.Commit(meta.CheckpointHead{Seq: w.applied, BufferSeq: w.appliedBuf, BufferUUID: s.stage.uuid()})
 	if err != nil {
 		return fmt.Errorf("store: while committing a checkpoint: %w", err)
 	}

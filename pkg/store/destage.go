@@ -1,10 +1,6 @@
 package store
 
-import (
-	"fmt"
-
-	"basalt/cache"
-)
+import "basalt/cache"
 
 // pack moves published write-buffer records, oldest first, into the host
 // stream's batch until the batch is full or no record is left. A block
@@ -21,16 +17,12 @@ func (w *writer) pack() (bool, error) {
 			return progress, nil
 		}
 		seq := w.nextPack
-		// The writer releases records itself, so a view of the buffer's
-		// memory is valid while it packs; each block's own checksum, from
-		// the record, travels with it into the segment summary.
-		kind, payload, err := w.s.buf.View(seq)
+		// The writer releases records itself, so a view is valid while it
+		// packs; each block's own checksum, from the record, travels with
+		// it into the segment summary.
+		r, err := w.s.stage.view(seq)
 		if err != nil {
-			return progress, fmt.Errorf("store: while reading write-buffer record %v: %w", seq, err)
-		}
-		r, err := decodeRecord(kind, payload)
-		if err != nil {
-			return progress, fmt.Errorf("%w: record %v: %w", ErrCorrupt, seq, err)
+			return progress, err
 		}
 		done, err := w.packRecord(st, seq, &r)
 		if err != nil {

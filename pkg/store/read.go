@@ -60,7 +60,7 @@ func (s *Store) readFrom(v *volume, rs *readScratch, lba uint64, p []byte, max i
 			clear(p[:BlockSize])
 			return 1, nil
 		}
-		return 1, s.readBuffered(rs, ref, p[:BlockSize])
+		return 1, s.stage.readBlock(rs, ref, p[:BlockSize])
 	}
 	e := v.lmap.get(lba)
 	if !e.mapped() {
@@ -68,31 +68,6 @@ func (s *Store) readFrom(v *volume, rs *readScratch, lba uint64, p []byte, max i
 		return 1, nil
 	}
 	return s.readMapped(v, lba, e, p, max)
-}
-
-// readBuffered copies block ref of a write-buffer record.
-func (s *Store) readBuffered(rs *readScratch, ref pendingRef, dst []byte) error {
-	if rs.seq != ref.seq {
-		kind, payload, err := s.buf.Read(ref.seq, rs.buffer)
-		if errors.Is(err, cache.ErrReleased) || errors.Is(err, cache.ErrNotFound) {
-			return errRetry // destaged meanwhile: the map has it now
-		}
-		if err != nil {
-			return fmt.Errorf("%w: write-buffer record %v: %w", backend.ErrMedia, ref.seq, err)
-		}
-		rs.buffer = payload[:0]
-		if rs.rec, err = decodeRecord(kind, payload); err != nil || int(ref.index) >= rs.rec.count {
-			return fmt.Errorf("%w: write-buffer record %v: %v", backend.ErrMedia, ref.seq, err)
-		}
-		rs.seq = ref.seq
-	}
-	block := rs.rec.block(int(ref.index))
-	if blockSum(block) != rs.rec.sum(int(ref.index)) {
-		return fmt.Errorf("%w: block %d of write-buffer record %v fails its checksum", backend.ErrMedia,
-			ref.index, ref.seq)
-	}
-	copy(dst, block)
-	return nil
 }
 
 // blockAt locates the block an entry points at.

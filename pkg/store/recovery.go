@@ -43,7 +43,7 @@ func (s *Store) recover() error {
 	if err := s.recount(); err != nil {
 		return err
 	}
-	first, bufferSeq, err := s.openBuffer(head, bufferSeq)
+	first, bufferSeq, err := s.openStage(head, bufferSeq)
 	if err != nil {
 		return err
 	}
@@ -58,7 +58,7 @@ func (s *Store) recover() error {
 	s.counters.freeSegments.Store(int64(len(w.free)))
 	s.w = w
 	s.log.Info("store recovered", "checkpoint", head.Seq, "replayed_stripes", last-head.Seq,
-		"buffered_records", s.buf.Stats().Live)
+		"buffered_records", s.stage.usage().live)
 	return nil
 }
 
@@ -247,7 +247,7 @@ func (s *Store) openBuffer(head meta.CheckpointHead, destaged uint64) (cache.Seq
 	if err != nil {
 		return 0, 0, fmt.Errorf("store: while opening the write buffer: %w", err)
 	}
-	s.buf = buf
+	s.buf, s.stage = buf, bufferStager{buf: buf, region: s.region}
 	st := buf.Stats()
 	s.counters.maxPayload = st.MaxPayload
 	if minRecord := writeRecordSize(1); st.MaxPayload < minRecord {

@@ -62,6 +62,11 @@ type Stats struct {
 	OpenSegments   int
 	SealedSegments int
 
+	// The write buffer: its region's mode, its log's bytes, the bytes its
+	// records take and the records not yet released. With
+	// StageByReference: "staged by reference", Options.StagedSize, the
+	// bytes of data staged records reference (the caller's, and WriteAt's
+	// copies) and the records not yet released.
 	BufferMode    string
 	BufferSize    int64
 	BufferUsed    int64
@@ -135,8 +140,8 @@ func (s *Store) Stats() Stats {
 			st.SealedSegments++
 		}
 	}
-	bs := s.buf.Stats()
-	st.BufferMode, st.BufferSize, st.BufferUsed, st.BufferRecords = bs.Mode, bs.Size, bs.Used, bs.Live
+	u := s.stage.usage()
+	st.BufferMode, st.BufferSize, st.BufferUsed, st.BufferRecords = u.mode, u.size, u.used, u.live
 	g, err := ec.Narrower(ec.Geometry{Data: s.node.Data, Parity: s.node.Parity, ChunkSize: s.node.ChunkSize},
 		len(s.healthyDrives()))
 	if err == nil {

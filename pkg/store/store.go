@@ -59,8 +59,10 @@ type Store struct {
 
 	meta    *meta.DB
 	ownMeta bool
-	region  pmem.Region
-	buf     *cache.Buffer
+	region  pmem.Region   // Options.Buffer; nil when staging by reference without one
+	buf     *cache.Buffer // the write buffer (copying mode), or nil
+	ring    *refRing      // the staged records (StageByReference), or nil
+	stage   stager        // buf or ring
 	node    meta.NodeInfo
 	lay     *layout
 	drives  []*driveSlot
@@ -131,7 +133,7 @@ func Open(opts Options) (_ *Store, err error) {
 	}
 	s.log.Info("store open", "drives", len(s.drives), "geometry",
 		ec.Geometry{Data: s.node.Data, Parity: s.node.Parity, ChunkSize: s.node.ChunkSize},
-		"segments", s.lay.segments, "buffer", s.region.Mode().String(),
+		"segments", s.lay.segments, "buffer", s.stage.usage().mode,
 		"volumes", len(s.volumeList()), "gc", s.opts.GCPolicy)
 	return s, nil
 }
@@ -174,7 +176,8 @@ func (s *Store) abandon() {
 // buffer (padding the last stripe), takes a checkpoint, and closes the
 // drives, the region and the metadata it opened. Volumes fail with
 // backend.ErrClosed afterwards. Close returns the first error met; a store
-// that had failed closes without destaging.
+// that had failed closes without destaging. With StageByReference, once
+// Close returns the store never reads a caller's staged bytes again.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
@@ -182,8 +185,8 @@ func (s *Store) Close() error {
 		if s.w != nil {
 			errs = append(errs, s.w.shutdown())
 		}
-		if err := s.buf.Close(); err != nil && !errors.Is(err, cache.ErrClosed) {
-			errs = append(errs, fmt.Errorf("store: while closing the write buffer: %w", err))
+		if err := s.stage.close(); err != nil {
+			errs = append(errs, err)
 		}
 		for i, d := range s.drives {
 			if d.healthy() {
@@ -191,7 +194,9 @@ func (s *Store) Close() error {
 			}
 			_ = d.drive().Close()
 		}
-		_ = s.region.Close()
+		if s.region != nil {
+			_ = s.region.Close()
+		}
 		if s.ownMeta {
 			errs = append(errs, s.meta.Close())
 		}

@@ -275,8 +275,8 @@ func isDone(c <-chan struct{}) bool {
 // bufferHigh reports whether the write buffer is fuller than the high water
 // mark, when partial stripes are padded so that it drains.
 func (w *writer) bufferHigh() bool {
-	st := w.s.buf.Stats()
-	return float64(st.Used) > w.s.opts.BufferHighWater*float64(st.Size)
+	u := w.s.stage.usage()
+	return float64(u.used) > w.s.opts.BufferHighWater*float64(u.size)
 }
 
 // tick runs on the ticker: idle padding, time-based checkpoints, the
@@ -286,7 +286,7 @@ func (w *writer) tick() {
 		return
 	}
 	now := w.s.clock.Now()
-	if last := w.s.buf.Stats().Last; last != w.seenInput {
+	if last := w.s.stage.usage().last; last != w.seenInput {
 		w.seenInput, w.lastInput = last, now
 	}
 	pad := !w.host.empty() && now.Sub(w.lastInput) >= w.s.opts.PartialStripeDelay
@@ -432,22 +432,22 @@ func (w *writer) quiesce() {
 	w.rows.quiesce()
 }
 
-// setFailed stops destaging for good. It closes the write buffer, so that
-// writes waiting for space in it fail instead of waiting forever: their
-// data would never be destaged. What the buffer holds stays there for the
-// next Open.
+// setFailed stops destaging for good and tells the stager (stager.fail):
+// the write buffer is closed, so that writes waiting for space in it fail
+// instead of waiting forever (their data would never be destaged), and
+// what it holds stays there for the next Open; staged floors stop.
 func (w *writer) setFailed(err error) {
 	if w.failed == nil {
 		w.failed = fmt.Errorf("%w: %w", ErrFailed, err)
 		w.s.fail(err)
-		_ = w.s.buf.Close()
+		w.s.stage.fail()
 	}
 }
 
-// release releases write-buffer records up to seq.
+// release releases staged records up to seq.
 func (w *writer) release(seq cache.Seq) error {
-	if err := w.s.buf.Release(seq); err != nil {
-		return fmt.Errorf("store: while releasing the write buffer up to %v: %w", seq, err)
+	if err := w.s.stage.release(seq); err != nil {
+		return err
 	}
 	w.released = seq
 	return nil
