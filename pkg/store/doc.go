@@ -50,6 +50,43 @@
 // flush-heavy host pay a padded stripe per flush on a volatile buffer: the
 // price of being honest about durability there.
 //
+// # Staging by reference
+//
+// With Options.StageByReference (a cluster node, whose Raft log holds
+// every write durably until it is compacted) the store keeps no copy of
+// written data of its own. Volume.WriteStaged stages a descriptor of the
+// caller's bytes: volume, LBA, at most 16 blocks, their CRC32Cs computed
+// from the bytes at that moment, and the caller's token (a Raft index,
+// non-decreasing per volume). Descriptors live in a ring (staged_ring.go)
+// that grows when full and never waits for space, and are numbered like
+// write-buffer records, 1, 2, ... from every Open. The overlay, the
+// publisher, pack and release work on them exactly as on write-buffer
+// records (stager.go is the one interface both sources implement): pack
+// copies each block that is still the newest from the caller's bytes into
+// its batch, a read of a staged block copies it from the caller's bytes
+// and checks it against its sum (bytes changed meanwhile read as
+// backend.ErrMedia, never as wrong data), and the writer releases records
+// in sequence order once the stripes that hold them are durable, or newer
+// durable versions overwrote them.
+//
+// A volume's records with a token (WriteStaged, TrimStaged) are linked
+// oldest first; its floor (Volume.StagedFloor) is the token of the oldest
+// not yet released. The caller keeps a write's bytes unchanged until the
+// floor is above its token, and after a crash replays every write whose
+// token is at or above the floor it last saw. Reads copy under a shared
+// lock that release, volume deletion and Close take exclusively, so a
+// reader holding a record has finished before the floor moves past it,
+// and once DeleteVolume or Close returns the store never reads the
+// caller's bytes of that volume (of any) again. A failed store releases
+// nothing, so its floors stay where they were.
+//
+// Nothing staged is persistent: recovery enters no records (the ring
+// starts empty under a new identity, so a checkpoint's BufferSeq never
+// applies to it), Flush and FUA destage, and WriteAt stages a copy of its
+// own (snapshot restore) in the same sequence as staged writes, so the
+// later call for a block wins. BufferHighWater is a fraction of
+// Options.StagedSize. Nothing on the drives or in the metadata changes.
+//
 // # Read path
 //
 // A block is read from the write buffer if its overlay has a version, else

@@ -58,8 +58,10 @@ type Options struct {
 	// Parity+1. The Store owns them from Open on and closes them in Close
 	// (also when Open fails).
 	Drives []disk.Drive
-	// Buffer is the write buffer's persistent-memory region. Required. The
-	// Store owns it and closes it in Close.
+	// Buffer is the write buffer's persistent-memory region. Required,
+	// except with StageByReference, which uses no region: one given anyway
+	// only sets StagedSize's default. The Store owns it and closes it in
+	// Close.
 	Buffer pmem.Region
 	// MetaDir is the badger directory of the node's metadata. Either it or
 	// Meta is required.
@@ -147,6 +149,23 @@ type Options struct {
 	// Logger; default discards.
 	Logger *slog.Logger
 
+	// StageByReference: the store keeps no copy of written data of its
+	// own. Writes arrive through Volume.WriteStaged and Volume.TrimStaged
+	// with bytes the caller keeps valid and unchanged until the store
+	// releases them, and the store reports per volume how far its staged
+	// writes have reached the drives (Volume.StagedFloor). Nothing staged
+	// survives a crash or a Close: the caller replays what was not yet
+	// released. WriteAt, Trim and WriteZeroes still work (WriteAt stages a
+	// copy of its own); like staged writes they are durable once
+	// destaged, so Flush and FUA destage. doc.go, "Staging by reference".
+	StageByReference bool
+	// StagedSize, with StageByReference, is the bytes of staged data that
+	// BufferHighWater is a fraction of: once more is referenced, partial
+	// stripes are padded and written so that the caller's log can be
+	// released. Set it to what the caller's log may hold of staged writes.
+	// Default: Buffer's size if one is given, else 256 MiB.
+	StagedSize int64
+
 	// Simulated runs the store without goroutines of its own, for a
 	// deterministic simulation: no writer goroutine is started, commands
 	// (Flush, Close, DeleteVolume, ...) run on the caller's goroutine, stripe
@@ -168,6 +187,7 @@ type Options struct {
 const (
 	DefaultChunkSize      = 256 << 10
 	DefaultSegmentStripes = 32
+	DefaultStagedSize     = 256 << 20
 	minChunkSize          = 16 << 10
 )
 
@@ -212,6 +232,12 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.StageByReference && o.StagedSize == 0 {
+		o.StagedSize = DefaultStagedSize
+		if o.Buffer != nil {
+			o.StagedSize = int64(o.Buffer.Size())
+		}
+	}
 }
 
 func setDefault(v *int, d int) {
@@ -227,8 +253,11 @@ func (o *Options) Validate() error {
 	if len(o.Drives) == 0 {
 		add("no drives")
 	}
-	if o.Buffer == nil {
+	if o.Buffer == nil && !o.StageByReference {
 		add("no write-buffer region")
+	}
+	if o.StagedSize < 0 || (o.StageByReference && o.StagedSize == 0) {
+		add("StagedSize %d must be positive", o.StagedSize)
 	}
 	if o.MetaDir == "" && o.Meta == nil {
 		add("neither MetaDir nor Meta")

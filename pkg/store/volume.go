@@ -24,6 +24,7 @@ type volume struct {
 	ov      *overlay
 	mapped  atomic.Int64 // mapped map entries
 	deleted atomic.Bool
+	staged  stagedState // StageByReference: the volume's staged records and floor
 }
 
 func (s *Store) newVolume(info meta.VolumeInfo) *volume {
@@ -141,7 +142,9 @@ func (s *Store) Volume(name string) (*Volume, error) {
 }
 
 // DeleteVolume deletes the named volume and frees its space. Handles on it
-// fail with backend.ErrClosed from then on.
+// fail with backend.ErrClosed from then on. With StageByReference, once it
+// returns the store never reads the caller's staged bytes of the volume
+// again.
 func (s *Store) DeleteVolume(name string) error {
 	if err := s.usable(); err != nil {
 		return err
@@ -164,7 +167,13 @@ func (s *Store) DeleteVolume(name string) error {
 	s.vols.Unlock()
 	v.ov.clear()
 	s.log.Info("volume deleted", "volume", name, "id", v.info.ID)
-	return s.call(context.Background(), command{kind: cmdDropVolume, vol: v})
+	err := s.call(context.Background(), command{kind: cmdDropVolume, vol: v})
+	if s.ring != nil {
+		// The writer, past the command, packs none of the volume's records;
+		// after drop no reader holds the caller's bytes either.
+		s.ring.drop(v)
+	}
+	return err
 }
 
 // Volume is a handle on a volume; it implements backend.Backend with 4096-
@@ -227,6 +236,8 @@ func (h *Volume) check(off, n int64) (uint64, int, error) {
 // maxRecordBlocks blocks, and returns once they are persisted. It fails
 // with backend.ErrNoSpace when the store has no room for more data, and
 // backend.ErrWriteFault when the write buffer or the store has failed.
+// With StageByReference it stages a copy of p instead (writeCopy), which
+// is durable only once destaged: Flush, or FUA in flags.
 func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend.WriteFlags) error {
 	lba, n, err := h.check(off, int64(len(p)))
 	if err != nil || n == 0 {
@@ -235,6 +246,12 @@ func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend
 	s := h.s
 	if err := s.admit(h.v, lba, n); err != nil {
 		return err
+	}
+	if s.ring != nil {
+		if err := s.writeCopy(h.v, p, lba, n); err != nil {
+			return err
+		}
+		return h.fua(ctx, flags)
 	}
 	var hdr [recordHeaderLen]byte
 	for n > 0 {
@@ -250,8 +267,13 @@ func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend
 		s.wake() // after every record: the next one may wait for the space destaging frees
 		lba, n, p = lba+uint64(chunk), n-chunk, p[chunk*BlockSize:]
 	}
+	return h.fua(ctx, flags)
+}
+
+// fua makes a completed write durable if flags ask for it.
+func (h *Volume) fua(ctx context.Context, flags backend.WriteFlags) error {
 	if flags&backend.WriteFUA != 0 {
-		return s.flush(ctx)
+		return h.s.flush(ctx)
 	}
 	return nil
 }
@@ -276,6 +298,9 @@ func (h *Volume) Trim(ctx context.Context, off, n int64) error {
 		return err
 	}
 	s := h.s
+	if s.ring != nil {
+		return s.stageTrim(h.v, lba, uint64(count), 0, false)
+	}
 	var hdr [recordHeaderLen]byte
 	for remaining := uint64(count); remaining > 0; {
 		chunk := min(remaining, maxUnmapBlocks)
@@ -304,9 +329,10 @@ func (h *Volume) Flush(ctx context.Context) error {
 	return h.s.flush(ctx)
 }
 
-// flush destages everything when the buffer does not survive power loss.
+// flush destages everything when the staged records do not survive power
+// loss (a volatile region, or staging by reference).
 func (s *Store) flush(ctx context.Context) error {
-	if s.region.Mode().Durable() {
+	if s.stage.durable() {
 		return nil
 	}
 	return s.call(ctx, command{kind: cmdFlush})
@@ -314,6 +340,8 @@ func (s *Store) flush(ctx context.Context) error {
 
 // Flush destages everything in the write buffer to the drives (padding the
 // last stripe) and returns when it is durable there, whatever the region.
+// With StageByReference every record staged before it is then released:
+// StagedFloor reports none for a volume written only before Flush.
 func (s *Store) Flush(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return err
