@@ -279,15 +279,27 @@ func (sq *SQ) Execute(r *Request) {
 	sq.dispatch(r)
 }
 
-// ExecutesInline reports whether Execute(r), for a request Init accepted,
-// runs an I/O command to completion before it returns, on the caller's
-// goroutine: one on a namespace whose backend is a NonBlocker. For such a
-// request the transport may point r.Data, for the duration of Execute only,
-// at exactly TransferLen bytes of host data in its own read buffer instead
-// of copying them into the slot's buffer: the handler and the backend are
-// done with the data when Execute returns.
-func (sq *SQ) ExecutesInline(r *Request) bool {
-	return sq.work != nil && r.ns != nil && r.ns.inline && !r.Cmd.IsFabrics()
+// DoneWithDataOnReturn reports whether the core is done with r.Data when
+// Execute(r) returns, for a request Init accepted: an asynchronous write
+// (the backend is an AsyncWriter) whose backend copies the data when the
+// write is submitted (backend.CopiesOnSubmit: Execute starts it on the
+// caller's goroutine, and it completes later, reading nothing of r.Data),
+// or any other I/O command on a namespace whose backend is a NonBlocker
+// (Execute runs it to completion on the caller's goroutine). An
+// asynchronous write is judged by CopiesOnSubmit alone, on a NonBlocker
+// too: its WriteAtAsync may keep the data until it calls back. For such a
+// request the transport may point r.Data, for the duration of Execute
+// only, at exactly TransferLen bytes of host data in its own read buffer
+// instead of copying them into the slot's buffer, and reuse that memory
+// once Execute returns. It is false for admin and Fabrics commands.
+func (sq *SQ) DoneWithDataOnReturn(r *Request) bool {
+	switch {
+	case sq.work == nil || r.ns == nil || r.Cmd.IsFabrics():
+		return false
+	case r.async:
+		return r.ns.copiesOnSubmit
+	}
+	return r.ns.inline
 }
 
 // CompletesOnWorker reports whether r, while QueueOps.QueueResponse(r) is

@@ -26,7 +26,7 @@ func withNamespace3(be backend.Backend) func(*Config, *SubsystemConfig) {
 
 // I/O on a namespace whose backend is a NonBlocker answering true
 // completes inside Execute, on the caller's goroutine, no queue worker is
-// started, and ExecutesInline says so; a backend answering false, or
+// started, and DoneWithDataOnReturn says so; a backend answering false, or
 // without the method, gets a worker. Either way the data and the
 // completions are the same.
 func TestNonBlockingBackendRunsInline(t *testing.T) {
@@ -61,8 +61,8 @@ func TestNonBlockingBackendRunsInline(t *testing.T) {
 				if !q.sq.Init(r) {
 					t.Fatalf("command %d refused: %v", i, r.Cpl.Status)
 				}
-				if q.sq.ExecutesInline(r) != tc.inline {
-					t.Fatalf("command %d: ExecutesInline %v", i, !tc.inline)
+				if q.sq.DoneWithDataOnReturn(r) != tc.inline {
+					t.Fatalf("command %d: DoneWithDataOnReturn %v", i, !tc.inline)
 				}
 				if r.Dir == DirH2C {
 					copy(r.Data, pattern(4096, 9))
@@ -107,7 +107,7 @@ func TestNonBlockingBackendErrorsInline(t *testing.T) {
 	// Fabrics and admin commands run inline too, but are never lent data.
 	id := a.admin.slot(t)
 	id.Cmd = identifyCmd(nvme.CNSNamespace, 3, 0)
-	if !a.admin.sq.Init(id) || a.admin.sq.ExecutesInline(id) {
+	if !a.admin.sq.Init(id) || a.admin.sq.DoneWithDataOnReturn(id) {
 		t.Fatal("admin command reported as an inline I/O command")
 	}
 	a.admin.sq.Execute(id)

@@ -122,7 +122,9 @@ func executeWrite(r *Request) {
 // executeWriteAsync is executeWrite on a backend.AsyncWriter: Execute
 // returns once the write is started, and the request completes when the
 // backend calls back, on whichever goroutine it does. r.Data stays the
-// slot's own buffer until then (SQ.ExecutesInline is false for it).
+// slot's own buffer until then, unless the backend copies on submit
+// (backend.CopiesOnSubmit): then nothing reads it after WriteAtAsync
+// returns, and the transport may lend it (SQ.DoneWithDataOnReturn).
 func executeWriteAsync(r *Request) {
 	if r.asyncDone == nil {
 		r.asyncDone = r.asyncWriteDone // once per request slot: no allocation per write

@@ -30,8 +30,11 @@ type NamespaceConfig struct {
 // reference to a buffer once the call it was passed to returns. The core
 // then executes the namespace's I/O commands inline in SQ.Execute, on the
 // transport's receive goroutine, instead of handing them to a queue worker
-// (and the transport may lend them its read buffer: SQ.ExecutesInline).
-// Backends without it, or returning false, always get a worker.
+// (and the transport may lend them its read buffer: SQ.DoneWithDataOnReturn).
+// Backends without it, or returning false, always get a worker. A backend
+// that is also a backend.AsyncWriter has its writes started inline in any
+// case, and lent data only if it copies on submit (backend.CopiesOnSubmit):
+// its WriteAtAsync may keep p until it calls back.
 type NonBlocker interface {
 	NonBlocking() bool
 }
@@ -52,6 +55,9 @@ type Namespace struct {
 	// run on the receive goroutine, completing when the backend calls back,
 	// instead of holding a queue worker while they wait.
 	aw backend.AsyncWriter
+	// copiesOnSubmit: aw is done with a write's data when WriteAtAsync
+	// returns (backend.CopiesOnSubmit), so the transport may lend it.
+	copiesOnSubmit bool
 	// nsze is the size in logical blocks; NotifyNamespaceChanged updates it.
 	nsze atomic.Uint64
 	// io counts the namespace's reads and writes on this node, for its
@@ -160,6 +166,7 @@ func (s *Subsystem) newNamespace(cfg NamespaceConfig, tab *nsTable) (*Namespace,
 		ns.inline = nb.NonBlocking()
 	}
 	ns.aw, _ = backend.AsAsyncWriter(cfg.Backend)
+	ns.copiesOnSubmit = ns.aw != nil && backend.CopiesOnSubmit(cfg.Backend)
 	ns.nsze.Store(uint64(size) / uint64(bs))
 	return ns, nil
 }

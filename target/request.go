@@ -50,8 +50,9 @@ type Request struct {
 	// capacity and must not write it (a transport may attach a shared
 	// scratch slice until it knows the direction). From Execute on it
 	// holds at least TransferLen bytes of the command's own. While Execute
-	// runs a request SQ.ExecutesInline reports, the transport may lend
-	// exactly TransferLen bytes of host data from its own buffers instead.
+	// runs a request SQ.DoneWithDataOnReturn reports, the transport may
+	// lend exactly TransferLen bytes of host data from its own buffers
+	// instead; the core does not read Data once Execute has returned.
 	Data []byte
 	// Dir and TransferLen are set by Init: the data the command moves.
 	Dir         DataDir

@@ -47,9 +47,13 @@
 // Options.ReadBufferSize, so no completion waits long.
 //
 // In-capsule data that is already in the read buffer (and has no data
-// digest to check) is not copied into the slot buffer when the core
-// executes the command inline (SQ.ExecutesInline): it is lent in place for
-// the duration of Execute and consumed afterwards.
+// digest to check) is not copied into the slot buffer when the core is done
+// with it once Execute returns (SQ.DoneWithDataOnReturn): a command the
+// core executes inline, or a write to an asynchronous backend that copies
+// the data when the write is submitted (a replicated volume copies it into
+// its proposal) and completes later. The data is lent in place for the
+// duration of Execute and consumed afterwards; the command holds no data
+// buffer. Any other command gets the slot buffer, and the data is copied.
 //
 // # Receive state machine
 //

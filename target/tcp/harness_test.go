@@ -41,7 +41,7 @@ type fakeCore struct {
 	mts      int  // I/O queue max transfer (default 256 KiB)
 	async    bool // Execute completes on another goroutine
 	mixed    bool // every other Execute completes on another goroutine
-	// lend makes ExecutesInline report true for I/O commands that Execute
+	// lend makes DoneWithDataOnReturn report true for I/O commands that Execute
 	// completes inline (neither async nor mixed nor held).
 	lend     bool
 	diskSize uint64
@@ -223,7 +223,7 @@ func (c *fakeCore) Execute(r *target.Request) {
 	}()
 }
 
-func (c *fakeCore) ExecutesInline(r *target.Request) bool {
+func (c *fakeCore) DoneWithDataOnReturn(r *target.Request) bool {
 	return c.lend && !c.async && !c.mixed && c.hold.Load() == nil && r.Cmd.Opcode() != nvme.OpcodeFabrics
 }
 

@@ -29,10 +29,10 @@ type queueCore interface {
 	// be executed (the connection ends while it waits for its data or its
 	// buffer): exactly one QueueResponse, and what Init took is released.
 	Abort(r *target.Request, status nvme.Status)
-	// ExecutesInline reports whether Execute(r) completes r before it
-	// returns, without keeping r.Data: in-capsule data may then be lent
-	// to it in place, from the read buffer.
-	ExecutesInline(r *target.Request) bool
+	// DoneWithDataOnReturn reports whether the core is done with r.Data
+	// when Execute(r) returns (it may complete r later): in-capsule data
+	// may then be lent to it in place, from the read buffer.
+	DoneWithDataOnReturn(r *target.Request) bool
 	// CompletesOnWorker reports whether r, in QueueResponse, completes on
 	// a goroutine of the core's that may block on the network.
 	CompletesOnWorker(r *target.Request) bool

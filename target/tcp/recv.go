@@ -303,7 +303,8 @@ func (q *queue) receiveCapsule() error {
 // startLent starts a command whose in-capsule data (without a digest to
 // check) is already in the read buffer. The data stays there while the
 // command starts (startCommand places it, see placeLent) and is consumed
-// afterwards, which saves a copy when the core executes it inline.
+// afterwards, which saves a copy when the core is done with the data once
+// Execute returns (SQ.DoneWithDataOnReturn).
 func (q *queue) startLent(s *slot) error {
 	data, err := q.br.Peek(int(s.icdLen))
 	if err != nil {
@@ -320,11 +321,14 @@ func (q *queue) startLent(s *slot) error {
 }
 
 // placeLent puts the lent in-capsule data of s where Execute reads it:
-// lent in place when the core executes the command inline (it is done with
-// the data when Execute returns, before startLent consumes it), copied into
-// a read buffer otherwise.
+// lent in place when the core is done with the data when Execute returns,
+// before startLent consumes it (an I/O command executed inline, or an
+// asynchronous write whose backend copies it on submit and completes
+// later), copied into a read buffer otherwise. A lent request keeps no
+// buffer, and r.Data keeps pointing into the read buffer until the slot is
+// reused: nothing reads it, and receiveCapsule resets it.
 func (q *queue) placeLent(s *slot) error {
-	if q.core.ExecutesInline(&s.req) {
+	if q.core.DoneWithDataOnReturn(&s.req) {
 		return nil // r.Data is q.lent already
 	}
 	if err := q.readBuffer(s, len(q.lent)); err != nil {
