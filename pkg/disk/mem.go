@@ -106,14 +106,19 @@ func (d *MemDrive) Discard(off, n int64) error {
 	return nil
 }
 
-// Sync makes the current image durable.
+// Sync makes the current image durable. It copies only the blocks written
+// since the last Sync: elsewhere the two images agree (the invariant on
+// unsynced).
 func (d *MemDrive) Sync() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.mu.closed {
 		return ErrClosed
 	}
-	copy(d.mu.durable, d.mu.current)
+	for _, w := range d.mu.unsynced {
+		off := w.block * BlockSize
+		copy(d.mu.durable[off:off+BlockSize], d.mu.current[off:off+BlockSize])
+	}
 	d.mu.unsynced = nil
 	return nil
 }
