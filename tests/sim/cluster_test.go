@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/disk"
+	"basalt/pkg/meta"
 	"basalt/pkg/pmem"
+	"basalt/pkg/store"
 	"basalt/pkg/volume"
 	"basalt/replication"
 )
@@ -43,9 +46,14 @@ type options struct {
 	writeRate  float64 // per step and volume
 	powerLoss  float64 // share of crashes that cut a persist short
 	partitions float64 // per step
+	driveLoss  float64 // per step: a drive of some node fails for good
+	store      storeOptions
 }
 
-func optionsFor(r *rand.Rand) options {
+func optionsFor(r *rand.Rand, mode storeMode) options {
+	if mode == 0 {
+		mode = []storeMode{storeCopy, storeStaged}[r.IntN(2)]
+	}
 	return options{
 		lease:      r.IntN(4) != 0,
 		margin:     []uint64{4, 16, 64}[r.IntN(3)],
@@ -54,17 +62,30 @@ func optionsFor(r *rand.Rand) options {
 		writeRate:  0.05 + r.Float64()*0.25,
 		powerLoss:  0.3,
 		partitions: 0.0002 + r.Float64()*0.0004,
+		driveLoss:  []float64{0, 0.0002, 0.0005}[r.IntN(3)],
+		store:      storeOptionsFor(r, mode),
 	}
 }
 
-// simNode is one node: its durable parts (write buffer region, local
-// replicas) survive its crashes; its Host does not.
+// simNode is one node: its persistent media (Raft log region, drives,
+// metadata) survive its crashes, as a power loss leaves them; its Host and
+// Store do not.
 type simNode struct {
-	id        replication.NodeID
-	region    *pmem.Fake
-	backends  [groupCount]*crashBackend
+	id     replication.NodeID
+	region *pmem.Fake
+	drives []*disk.MemDrive
+	lost   []bool // drives failed for good
+	db     *meta.DB
+
+	// This life's.
+	power     *power
+	faults    []*disk.FaultDrive // over drives
+	store     *store.Store
+	locals    [groupCount]*store.Volume // the replicas
 	host      *replication.Host
 	vols      [groupCount]*volume.Volume
+	lastTick  time.Time
+	counts    storeCounts
 	downUntil time.Time // when a crashed node restarts
 	crashAt   time.Time // power loss armed: crash then
 	failing   bool
@@ -105,20 +126,23 @@ type sim struct {
 	trace       hash.Hash64
 	verbose     bool
 	failure     error
-	stats       struct{ acked, unknown, reads, crashes, powerLosses, partitions, transfers uint64 }
+	stats       struct {
+		acked, unknown, reads, readErrors, crashes, powerLosses, partitions, transfers, drivesLost uint64
+	}
 }
 
-func newSim(t *testing.T, seed uint64, verbose bool) *sim {
+func newSim(t *testing.T, seed uint64, verbose bool, mode storeMode) *sim {
 	r := rand.New(rand.NewPCG(seed, 0xBA5A17))
 	s := &sim{
-		t: t, seed: seed, rand: r, opts: optionsFor(r), verbose: verbose,
+		t: t, seed: seed, rand: r, opts: optionsFor(r, mode), verbose: verbose,
 		clock:   clock.NewManual(time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)),
 		log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
 		leaders: make(map[[2]uint64]replication.NodeID),
 		trace:   fnv.New64a(),
 	}
 	if verbose {
-		s.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		s.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo,
+			ReplaceAttr: dropTime}))
 	}
 	s.net = replication.NewSimNetwork(seed, s.clock)
 	s.net.SetOptions(replication.SimOptions{DelayMin: time.Millisecond, DelayMax: 6 * time.Millisecond,
@@ -129,16 +153,26 @@ func newSim(t *testing.T, seed uint64, verbose bool) *sim {
 			s.model[g][b].possible = []uint64{0} // never written: zeroes
 		}
 	}
+	s.tracef("options %+v", s.opts)
 	for _, id := range members {
-		n := &simNode{id: id, region: pmem.NewFake(regionSize, int64(seed)*10+int64(id))}
-		for g := range groupCount {
-			n.backends[g] = newCrashBackend(volumeSize, blockSize)
+		n := &simNode{id: id}
+		if err := s.newNodeMedia(n); err != nil {
+			s.failf("%v", err)
+			return s
 		}
 		s.nodes = append(s.nodes, n)
 		s.start(n)
 	}
-	s.tracef("options %+v", s.opts)
 	return s
+}
+
+// dropTime leaves out the records' real time, so that a replayed trace
+// reads the same.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
 }
 
 type testWriter struct{ t *testing.T }
@@ -168,10 +202,15 @@ func (s *sim) failf(format string, args ...any) {
 	}
 }
 
-// start opens node n's Host on its region and joins both volumes.
+// start opens node n's store on its drives and metadata, then its Host on
+// its region, and joins both volumes with the store's as replicas.
 func (s *sim) start(n *simNode) {
+	if err := s.openStore(n); err != nil {
+		s.failf("%v", err)
+		return
+	}
 	h, err := replication.NewHost(replication.Config{
-		NodeID: n.id, LogRegion: n.region, Clock: s.clock, Logger: s.log.With("node", n.id),
+		NodeID: n.id, LogRegion: poweredRegion{Fake: n.region, power: n.power}, Clock: s.clock, Logger: s.log.With("node", n.id),
 		TickInterval: 10 * time.Millisecond, Transport: s.net.Endpoint(n.id), Manual: true,
 		CompactionMargin: s.opts.margin, DisableLease: !s.opts.lease, EntryCacheSize: 64 << 10,
 	})
@@ -184,7 +223,7 @@ func (s *sim) start(n *simNode) {
 		return
 	}
 	for g := range groupCount {
-		v, err := volume.Add(h, replication.GroupID(g+1), members, n.backends[g])
+		v, err := volume.Add(h, replication.GroupID(g+1), members, n.locals[g])
 		if err != nil {
 			s.failf("%v: adding volume %d: %v", n.id, g+1, err)
 			return
@@ -194,13 +233,15 @@ func (s *sim) start(n *simNode) {
 	n.host = h
 }
 
-// settle delivers messages and polls the hosts until nothing moves.
+// settle delivers messages, polls the hosts and runs the stores' work
+// until nothing moves.
 func (s *sim) settle() {
 	for range 10000 {
 		busy := s.net.Deliver() > 0
 		for _, n := range s.nodes {
 			if n.up() {
 				busy = n.host.Poll() || busy
+				s.storeWork(n)
 			}
 		}
 		if !busy {
@@ -221,6 +262,11 @@ func (s *sim) run(d time.Duration, chaos bool) {
 		}
 		s.lifecycle()
 		s.settle()
+		for _, n := range s.nodes {
+			if n.up() {
+				s.storeTimers(n)
+			}
+		}
 		s.checkLeaders()
 		s.clock.Advance(stepLength)
 	}
@@ -248,6 +294,9 @@ func (s *sim) chaos() {
 	}
 	if s.healAt.IsZero() && r.Float64() < s.opts.partitions {
 		s.partition()
+	}
+	if r.Float64() < s.opts.driveLoss {
+		s.loseDrive()
 	}
 }
 
@@ -298,17 +347,19 @@ func (s *sim) crashSomeone() {
 	s.crash(n, "crash")
 }
 
-// crash stops node n abruptly: its Host is abandoned, its region keeps only
-// what a power loss would leave, its replicas lose some unflushed writes, and
+// crash stops node n abruptly: its Host and Store are abandoned without a
+// Close, its media keep only what a power loss would leave (crashMedia), and
 // its operations in flight end with an unknown outcome.
 func (s *sim) crash(n *simNode, why string) {
 	s.stats.crashes++
 	s.net.Crash(n.id)
-	n.region = n.region.CrashRegion()
-	for _, b := range n.backends {
-		b.Crash(s.rand)
+	if n.store != nil {
+		s.tracef("%s", n.storeSummary())
+		n.noteStore()
+		s.crashMedia(n)
 	}
 	n.host, n.vols, n.failing = nil, [groupCount]*volume.Volume{}, false
+	n.store, n.locals, n.faults = nil, [groupCount]*store.Volume{}, nil
 	n.downUntil = s.clock.Now().Add(time.Duration(50+s.rand.IntN(1500)) * time.Millisecond)
 	s.tracef("%v: %s, down until %v", n.id, why, n.downUntil.Format("05.000"))
 	for _, op := range slices.Clone(s.inflight) {

@@ -1,25 +1,61 @@
 // Package sim is a deterministic simulation of a three-node Basalt
-// replication cluster (after TigerBeetle's VOPR: the production code runs
+// replicated cluster (after TigerBeetle's VOPR: the production code runs
 // unchanged, only time, network and media are simulated).
 //
-// One goroutine drives three replication Hosts in manual mode, a simulated
-// network (replication.SimNetwork: delays, drops, duplicates, reordering,
-// partitions), persistent-memory write buffers that crash (pmem.Fake crash
-// images, power loss in the middle of a record) and local replicas that lose
-// unflushed writes in a crash, all from one seed: a failing seed replays
-// exactly. Time is a clock.Manual; Raft's randomised election timeouts come
-// from crypto/rand, made deterministic with testing/cryptotest.
+// What runs for real: on each node, a replication Host (in manual mode),
+// the two volumes' pkg/volume Volumes, and a pkg/store Store whose volumes
+// are the Volumes' local replicas, with its metadata in a pkg/meta DB
+// (badger, in memory). The store runs in its simulated mode
+// (store.Options.Simulated: no goroutines; the simulation runs its Work
+// after every Poll and its Tick every TickInterval), either copying each
+// write into a write buffer in volatile memory, as a cluster node's
+// [store] buffer = "memory" does, or staging it by reference from the Raft
+// log (store.Options.StageByReference); each seed draws one, -sim.store
+// chooses. Erasure coding (3+1 or 4+2), destaging, the cleaner (its
+// thresholds drawn so that some seeds relocate live blocks), checkpoints
+// and recovery are the store's own.
+//
+// What is simulated: the clock (a clock.Manual), the network
+// (replication.SimNetwork: delays, drops, duplicates, reordering,
+// partitions), each node's Raft log region (pmem.Fake), its drives
+// (disk.MemDrive, behind disk.FaultDrive) and its store's volatile buffer
+// (pmem.Memory). Raft's randomised election timeouts come from
+// crypto/rand, made deterministic with testing/cryptotest. One goroutine
+// drives it all from one seed, so a failing seed replays exactly.
+//
+// Faults:
+//   - Crashes: a node's Host and Store are dropped without Close. Its
+//     power goes off at that instant (no persist, drive write, sync or
+//     metadata transaction after it), and its media keep what a power loss
+//     leaves: the Raft log region's crash image (pmem.Fake.CrashRegion:
+//     persisted bytes plus random cache-line fragments), each drive's
+//     synced blocks plus none, some or all of the unsynced ones, some torn
+//     (disk.MemDrive.CrashClone), and the metadata's committed
+//     transactions (badger commits synchronously). The restart reopens the
+//     store on those drives and metadata (store.Open recovers), the Host on
+//     the region image, and re-adds the volumes with volume.Add; the groups
+//     replay their logs after the compaction point.
+//   - Power loss in the middle of a record: pmem.Fake.FailAfter cuts one of
+//     the Raft log's next persists short; from then on the node's drives
+//     and metadata take nothing either, and it crashes a little later.
+//   - Partitions and message loss (SimNetwork).
+//   - Drive loss: a drive of a node fails for good (disk.FaultDrive.Fail),
+//     at most as many per node as the stripes have parity; it stays failed
+//     across the node's restarts, and the store runs degraded.
 //
 // The workload writes and trims random block ranges of two volumes through
 // the leader's Volume and reads them back, while nodes crash and restart,
-// partitions come and go, and leadership is transferred. The checks: every
-// read returns, for each block, the last acknowledged write or a write whose
-// outcome was unknown when the read started (so every acknowledged write
-// reads back, through every failover); at most one leader per term; and at
-// the end, once the network heals and every node is up, the three replicas of
-// each volume are equal byte for byte and match the model.
+// partitions come and go, drives fail, and leadership is transferred. The
+// checks: every read returns, for each block, the last acknowledged write
+// or a write whose outcome was unknown when the read started (so every
+// acknowledged write reads back, through every failover, from the stores
+// the reads reach; a read may fail, but never return wrong data); at most
+// one leader per term; and at the end, once the network heals and every
+// node is up, the three replicas of each volume, read from the nodes'
+// stores, are equal byte for byte and match the model.
 //
-//	go test ./tests/sim                      # the default seeds
+//	go test ./tests/sim                      # 4 fresh seeds
 //	go test ./tests/sim -sim.seeds=200       # more seeds
+//	go test ./tests/sim -sim.store=staged    # every seed stages by reference
 //	go test ./tests/sim -sim.seed=1234 -v    # replay one seed, with its trace
 package sim

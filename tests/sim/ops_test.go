@@ -10,10 +10,19 @@ import (
 	"basalt/replication"
 )
 
+// hotBlocks: three operations in four go to the first hotBlocks blocks of
+// a volume, so that the stores' segments mix blocks overwritten at once with
+// blocks that stay, and the cleaner has live blocks to relocate.
+const hotBlocks = 12
+
 // pickBlocks returns a free run of 1 to 3 blocks of volume g, marked busy.
 func (s *sim) pickBlocks(g int) (int64, int64, bool) {
 	count := int64(1 + s.rand.IntN(3))
-	first := int64(s.rand.IntN(volumeBlocks - int(count) + 1))
+	span := volumeBlocks
+	if s.rand.IntN(4) != 0 {
+		span = hotBlocks
+	}
+	first := int64(s.rand.IntN(span - int(count) + 1))
 	busy := 0
 	for _, op := range s.inflight {
 		if op.group == g {
@@ -124,6 +133,7 @@ func (s *sim) finish(op *simOp, err error) {
 		s.stats.reads++
 		s.checkRead(op)
 	case op.read:
+		s.stats.readErrors++
 		s.tracef("op %d: read failed: %v", op.seq, err)
 	case err == nil:
 		s.stats.acked++
@@ -156,6 +166,18 @@ func (s *sim) checkRead(op *simOp) {
 		}
 	}
 	s.tracef("op %d: read ok", op.seq)
+}
+
+// blackout cuts every node's power at once, as a power loss of the whole
+// cluster does: what survives is what each node's media kept, and every
+// acknowledged write must be among it.
+func (s *sim) blackout() {
+	s.tracef("blackout: every node loses power")
+	for _, n := range s.nodes {
+		if n.up() {
+			s.crash(n, "blackout")
+		}
+	}
 }
 
 // converge heals everything, restarts every node, waits for the operations in
@@ -223,29 +245,59 @@ func (s *sim) replicasCaughtUp() bool {
 	return true
 }
 
-// checkReplicas compares the replicas byte for byte, and the leader's with
-// the model.
+// checkReplicas reads every node's replicas from its store, checks each
+// against the model (a lost acknowledged write is named as such), and
+// compares them byte for byte.
 func (s *sim) checkReplicas() {
+	for _, n := range s.nodes {
+		s.tracef("%s", n.storeSummary())
+	}
 	for g := range groupCount {
-		want := s.nodes[0].backends[g].contents()
-		for _, n := range s.nodes[1:] {
-			if got := n.backends[g].contents(); !bytes.Equal(got, want) {
-				s.failf("g%d: the replicas on %v and %v differ", g+1, s.nodes[0].id, n.id)
-				return
-			}
-		}
-		for blk := int64(0); blk < volumeBlocks; blk++ {
-			id, err := decodeBlock(want[blk*blockSize:(blk+1)*blockSize], blk)
-			possible := s.model[g][blk].possible
+		var first []byte
+		for _, n := range s.nodes {
+			got, err := n.readReplica(g)
 			if err != nil {
-				s.failf("g%d: replicas: %v", g+1, err)
+				s.failf("%v", err)
 				return
 			}
-			if !slices.Contains(possible, id) {
-				s.failf("g%d block %d: the replicas hold write #%d; the model allows %v", g+1, blk, id, possible)
+			if !s.replicaMatchesModel(n, g, got) {
+				return
+			}
+			if first == nil {
+				first = got
+			} else if !bytes.Equal(got, first) {
+				s.failf("g%d: the replicas on %v and %v differ at block %d", g+1, s.nodes[0].id, n.id,
+					firstDifference(got, first)/blockSize)
 				return
 			}
 		}
 	}
 	s.tracef("replicas equal and consistent with the model")
+}
+
+// replicaMatchesModel checks that every block of node n's replica of volume
+// g holds what the model allows.
+func (s *sim) replicaMatchesModel(n *simNode, g int, replica []byte) bool {
+	for blk := int64(0); blk < volumeBlocks; blk++ {
+		id, err := decodeBlock(replica[blk*blockSize:(blk+1)*blockSize], blk)
+		if err != nil {
+			s.failf("g%d: the replica on %v: %v", g+1, n.id, err)
+			return false
+		}
+		if possible := s.model[g][blk].possible; !slices.Contains(possible, id) {
+			s.failf("g%d block %d: the replica on %v holds write #%d; the model allows %v (a lost or stale write)",
+				g+1, blk, n.id, id, possible)
+			return false
+		}
+	}
+	return true
+}
+
+func firstDifference(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

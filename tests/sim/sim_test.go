@@ -14,7 +14,22 @@ var (
 	flagFirst    = flag.Uint64("sim.first", 0, "first seed of the run (default: drawn fresh each run)")
 	flagSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: its trace)")
 	flagDuration = flag.Duration("sim.duration", 6*time.Second, "simulated time of the chaotic phase per seed")
+	flagStore    = flag.String("sim.store", "", "the stores' mode: copy or staged (default: each seed draws one)")
 )
+
+// storeModeFlag returns the mode -sim.store asks for (0: the seed's).
+func storeModeFlag(t *testing.T) storeMode {
+	switch *flagStore {
+	case "":
+		return 0
+	case "copy":
+		return storeCopy
+	case "staged":
+		return storeStaged
+	}
+	t.Fatalf("-sim.store=%q: want copy or staged", *flagStore)
+	return 0
+}
 
 // TestSim runs the simulation for several seeds. A failure names its seed;
 // -sim.seed=S replays it exactly, and with -v prints its trace.
@@ -42,41 +57,50 @@ func TestSim(t *testing.T) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			s := runSeed(t, seed, *flagSeed != 0 && testing.Verbose(), *flagDuration)
+			s := runSeed(t, seed, *flagSeed != 0 && testing.Verbose(), *flagDuration, storeModeFlag(t))
 			if s.failure != nil {
 				t.Fatalf("seed %d failed: %v\nreplay: go test ./tests/sim -run 'TestSim$' -sim.seed=%d -v", seed, s.failure, seed)
 			}
-			t.Logf("seed %d: %d writes acknowledged, %d unknown, %d reads checked, %d crashes (%d power losses), "+
-				"%d partitions, %d transfers; network %+v", seed, s.stats.acked, s.stats.unknown, s.stats.reads,
-				s.stats.crashes, s.stats.powerLosses, s.stats.partitions, s.stats.transfers, s.net.Stats())
+			t.Logf("seed %d (%v stores, %d+%d): %d writes acknowledged, %d unknown, %d reads checked (%d failed), "+
+				"%d crashes (%d power losses), %d partitions, %d transfers, %d drives lost; %s; network %+v", seed,
+				s.opts.store.mode, s.opts.store.drives-s.opts.store.parity, s.opts.store.parity, s.stats.acked,
+				s.stats.unknown, s.stats.reads, s.stats.readErrors, s.stats.crashes, s.stats.powerLosses,
+				s.stats.partitions, s.stats.transfers, s.stats.drivesLost, s.storeTotals(), s.net.Stats())
 		})
 	}
 }
 
 // runSeed runs one seed: the chaotic phase, then convergence and the final
-// checks.
-func runSeed(t *testing.T, seed uint64, verbose bool, d time.Duration) *sim {
+// checks, then a power loss of every node at once, and the checks again.
+func runSeed(t *testing.T, seed uint64, verbose bool, d time.Duration, mode storeMode) *sim {
 	cryptotest.SetGlobalRandom(t, seed) // Raft's election timeouts
-	s := newSim(t, seed, verbose)
+	s := newSim(t, seed, verbose, mode)
 	s.run(d, true)
 	if s.failure == nil {
+		s.converge()
+	}
+	if s.failure == nil {
+		s.blackout()
 		s.converge()
 	}
 	return s
 }
 
-// TestSimIsDeterministic runs one seed twice and compares the digests of
-// their traces: a seed must replay exactly.
+// TestSimIsDeterministic runs one seed twice with each store mode and
+// compares the digests of their traces (which include the stores'
+// counters): a seed must replay exactly.
 func TestSimIsDeterministic(t *testing.T) {
-	var digests [2]uint64
-	for i := range digests {
-		s := runSeed(t, 42, false, 1500*time.Millisecond)
-		if s.failure != nil {
-			t.Fatalf("seed 42: %v", s.failure)
+	for _, mode := range []storeMode{storeCopy, storeStaged} {
+		var digests [2]uint64
+		for i := range digests {
+			s := runSeed(t, 42, false, time.Second, mode)
+			if s.failure != nil {
+				t.Fatalf("seed 42 (%v stores): %v", mode, s.failure)
+			}
+			digests[i] = s.trace.Sum64()
 		}
-		digests[i] = s.trace.Sum64()
-	}
-	if digests[0] != digests[1] {
-		t.Fatalf("two runs of seed 42 differ: trace digests %x and %x", digests[0], digests[1])
+		if digests[0] != digests[1] {
+			t.Fatalf("two runs of seed 42 (%v stores) differ: trace digests %x and %x", mode, digests[0], digests[1])
+		}
 	}
 }
