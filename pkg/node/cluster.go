@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,30 +159,29 @@ func (cp *clusterParts) openStore(cfg *config.Config, log *slog.Logger, stamp id
 	opts := store.Options{Meta: cp.db, Stamp: stamp, Parity: sc.Parity, Data: sc.Data, ChunkSize: int(sc.ChunkSize),
 		SegmentStripes: sc.SegmentStripes, GCPolicy: policy, Discard: discard, Logger: log.With("part", "store"),
 		Clock: clock.Real()}
-	region, err := openStoreBuffer(sc)
-	if err != nil {
-		return err
+	if sc.InMemoryBuffer() {
+		// The Raft log holds every write until the store has destaged it:
+		// the store stages the log's own bytes instead of a copy.
+		opts.StageByReference, opts.StagedSize = true, int64(cfg.RaftLog.Size)
+		log.Info("store stages writes by reference to the Raft log", "raft_log", cfg.RaftLog.Path)
+	} else {
+		region, err := openStoreBuffer(sc)
+		if err != nil {
+			return err
+		}
+		log.Info("store write buffer", "path", sc.Buffer, "mode", region.Mode().String(),
+			"survives_power_loss", region.Mode().Durable())
+		opts.Buffer = region
 	}
-	log.Info("store write buffer", "path", cmp.Or(sc.Buffer, config.BufferInMemory), "mode", region.Mode().String(),
-		"survives_power_loss", region.Mode().Durable())
-	opts.Drives, opts.Buffer, cp.drives = cp.drives, region, nil
+	opts.Drives, cp.drives = cp.drives, nil
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
 		return fmt.Errorf("node: store: %w", err)
 	}
 	return cp.startScrubber(cfg, log.With("part", "scrub"))
 }
 
-// openStoreBuffer maps the store's write buffer file, or allocates it in
-// process memory (config.Store.InMemoryBuffer, cluster nodes only: their
-// Raft log holds every write until the store has destaged it).
+// openStoreBuffer maps the store's write buffer file.
 func openStoreBuffer(sc *config.Store) (pmem.Region, error) {
-	if sc.InMemoryBuffer() {
-		region, err := pmem.NewMemory(int(sc.BufferSize))
-		if err != nil {
-			return nil, fmt.Errorf("node: store write buffer in memory: %w", err)
-		}
-		return region, nil
-	}
 	region, err := pmem.OpenFile(sc.Buffer, int(sc.BufferSize))
 	if err != nil {
 		return nil, fmt.Errorf("node: write buffer %s: %w", sc.Buffer, err)

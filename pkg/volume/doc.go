@@ -14,6 +14,70 @@
 // at scrape time; Instrument gives a backend that is not a Volume the same
 // counters.
 //
+// # The durability contract
+//
+// This is the whole life of an acknowledged write, in one place. Each step
+// names the function that does it; a write is never in fewer places than
+// the rule at the end allows.
+//
+//	step              where                                        after it
+//	1 log durable     replication: core.handleReady → persist →    the entry survives what the
+//	                  logStorage.appendRecord → cache.Buffer.Append Raft log region survives
+//	                  (one kindEntries record; the leader sends
+//	                  its appends first, a follower answers only
+//	                  after its persist)
+//	2 committed       etcd Raft, on a majority of persisted        no electable leader lacks it
+//	                  appends (the leader's own counts after its
+//	                  persist)
+//	3 applied         replication: core.applyNormal →              reads here return it; the
+//	                  Volume.Apply, with the entry's bytes where   leader completes the host's
+//	                  they lie in the log region (Stager:          command (the acknowledgement)
+//	                  WriteStaged keeps a reference, no copy;
+//	                  any other replica: WriteAt)
+//	4 staged          pkg/store: a descriptor in the staged ring   the block is in the volume's
+//	                  (volume, LBA, CRC32C per block, the entry's  overlay; its bytes are still
+//	                  index as token) entered in the overlay       only in the Raft log
+//	5 destaged        pkg/store writer: pack copies the newest     the block is on the drives,
+//	                  version of each block from the log region    in a synced stripe with
+//	                  into a stripe buffer, parity, one write and  parity; its record is
+//	                  one sync per drive, the LBA maps, then       released and the volume's
+//	                  release in sequence order                    StagedFloor passes its index
+//	6 replica durable Volume.AppliedIndex: every applied index     replication may drop the
+//	                  below StagedFloor (all of them when nothing  entry from this node's log
+//	                  is staged); Checkpoint forces it (a Flush
+//	                  destages everything, padding the last
+//	                  stripe) when the log needs room
+//	7 log compacted   replication: core.maybeCompact, never past   the entry is gone from this
+//	                  AppliedIndex → logStorage.compact (a         node's Raft log; its region
+//	                  kindState record) → the releaser frees the   space is reused
+//	                  region behind the slowest group
+//
+// The rule: a node compacts its log only up to the index its own replica
+// has made durable (step 7 never passes step 6), so every applied write is,
+// at every moment, in this node's Raft log, or on its drives, or both; and
+// while the replica references an entry's bytes (steps 3 to 5) the log
+// keeps them, unchanged, in place. The ways a log goes other than by
+// compaction all come after the replica has let go of it: a group that
+// fails or is removed calls ReleaseLog first (a Flush: everything staged
+// is destaged), a snapshot's Restore flushes before Raft records the
+// snapshot, a log checkpoint (which rewrites entries into a new record)
+// waits until compaction has reached the applied index, and the node
+// closes its store before it unmaps the log region.
+//
+// After a crash nothing staged survives (the ring lives in process
+// memory); the store recovers its maps from the drives and the group
+// applies again every committed entry after its compaction point, which by
+// the rule includes everything that was not yet on the drives. Entries are
+// block writes and unmaps, idempotent, so applying one twice is harmless.
+//
+// On the leader a 4 KiB write's payload is copied twice before a stripe
+// buffer holds it: from the NVMe/TCP receive buffer (lent in place when
+// the capsule arrived whole) into the proposal (op.go, encodeOp), and from
+// the proposal into the Raft log region (cache.Buffer.Append). A follower
+// copies it from the frame it received into its log region. The third copy
+// is the destage into the stripe buffer; no buffer of the store's own holds
+// it in between.
+//
 // # Operations (a normal entry's payload, little-endian)
 //
 // A write, trim or write-zeroes is one entry (writes of more than 1 MiB

@@ -40,6 +40,7 @@ type Volume struct {
 	durable   atomic.Uint64 // highest index whose effect local made durable (Flush)
 	closed    atomic.Bool
 	counters  Counters
+	stage     Stager // local, when it stages by reference (staged.go); else nil
 }
 
 var (
@@ -48,6 +49,7 @@ var (
 	_ replication.StateMachine = (*Volume)(nil)
 	_ replication.Checkpointer = (*Volume)(nil)
 	_ Instrumented             = (*Volume)(nil)
+	_ replication.LogRetainer  = (*Volume)(nil)
 )
 
 // New makes local the replica of g's volume and starts g. g must have been
@@ -81,7 +83,7 @@ func Add(h *replication.Host, id replication.GroupID, members []replication.Node
 // newVolume returns a Volume over local bound to no group: its I/O fails
 // with replication.ErrStopped until it is.
 func newVolume(local backend.Backend, clk clock.Clock) *Volume {
-	v := &Volume{local: local, clock: clk, blockSize: local.BlockSize()}
+	v := &Volume{local: local, clock: clk, blockSize: local.BlockSize(), stage: stagerOf(local)}
 	v.size.Store(local.Size())
 	return v
 }
@@ -287,12 +289,14 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 		o.offset > size || o.length > size-o.offset {
 		return fmt.Errorf("%w: %v at %d of %d bytes does not fit the volume", ErrCorrupt, o.kind, o.offset, o.length)
 	}
-	switch o.kind {
-	case opWrite:
+	switch {
+	case v.stage != nil:
+		err = v.applyStaged(o, index)
+	case o.kind == opWrite:
 		err = v.local.WriteAt(ctx, o.data, o.offset, 0)
-	case opTrim:
+	case o.kind == opTrim:
 		err = v.local.Trim(ctx, o.offset, o.length)
-	case opWriteZeroes:
+	case o.kind == opWriteZeroes:
 		err = v.local.WriteZeroes(ctx, o.offset, o.length)
 	}
 	if err != nil {
@@ -303,20 +307,26 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 }
 
 // AppliedIndex implements replication.StateMachine: the index up to which
-// the local replica has made the applied operations durable (at its last
-// Flush).
-func (v *Volume) AppliedIndex() uint64 { return v.durable.Load() }
+// the local replica has made the applied operations durable: at its last
+// Flush, or, on a replica that stages by reference, as its stripes reach
+// the drives (stagedDurable), so that the log is compacted as they do.
+func (v *Volume) AppliedIndex() uint64 {
+	if v.stage != nil {
+		return max(v.durable.Load(), v.stagedDurable())
+	}
+	return v.durable.Load()
+}
 
 // Checkpoint implements replication.Checkpointer: it flushes the local
 // replica, so that every operation applied so far is durable. It runs on
 // the group's loop, like Apply.
 func (v *Volume) Checkpoint(ctx context.Context) (uint64, error) {
 	applied := v.applied.Load()
-	if applied <= v.durable.Load() {
-		return v.durable.Load(), nil
+	if durable := v.AppliedIndex(); applied <= durable {
+		return durable, nil
 	}
 	if err := v.local.Flush(ctx); err != nil {
-		return v.durable.Load(), fmt.Errorf("volume: flushing the local replica: %w", err)
+		return v.AppliedIndex(), fmt.Errorf("volume: flushing the local replica: %w", err)
 	}
 	v.durable.Store(applied)
 	return applied, nil
