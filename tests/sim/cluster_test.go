@@ -127,7 +127,7 @@ type sim struct {
 	verbose     bool
 	failure     error
 	stats       struct {
-		acked, unknown, reads, readErrors, crashes, powerLosses, partitions, transfers, drivesLost uint64
+		acked, unknown, reads, readErrors, crashes, powerLosses, blackouts, partitions, transfers, drivesLost uint64
 	}
 }
 
@@ -330,10 +330,15 @@ func (s *sim) upNodes() []*simNode {
 }
 
 // crashSomeone crashes a random node, or arms a power loss that cuts one of
-// its next persists short. Usually at most one node is down at a time.
+// its next persists short, or now and then cuts every node's power at once
+// (blackout). Usually at most one node is down at a time.
 func (s *sim) crashSomeone() {
 	up := s.upNodes()
 	if len(up) < nodeCount && s.rand.IntN(5) != 0 || len(up) == 0 {
+		return
+	}
+	if len(up) == nodeCount && s.rand.IntN(10) == 0 {
+		s.blackout()
 		return
 	}
 	n := up[s.rand.IntN(len(up))]

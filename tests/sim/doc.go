@@ -17,9 +17,8 @@
 //
 // What is simulated: the clock (a clock.Manual), the network
 // (replication.SimNetwork: delays, drops, duplicates, reordering,
-// partitions), each node's Raft log region (pmem.Fake), its drives
-// (disk.MemDrive, behind disk.FaultDrive) and its store's volatile buffer
-// (pmem.Memory). Raft's randomised election timeouts come from
+// partitions), each node's Raft log region (pmem.Fake) and its drives
+// (disk.MemDrive, behind disk.FaultDrive). Raft's randomised election timeouts come from
 // crypto/rand, made deterministic with testing/cryptotest. One goroutine
 // drives it all from one seed, so a failing seed replays exactly.
 //
@@ -38,6 +37,8 @@
 //   - Power loss in the middle of a record: pmem.Fake.FailAfter cuts one of
 //     the Raft log's next persists short; from then on the node's drives
 //     and metadata take nothing either, and it crashes a little later.
+//   - Blackouts: every node crashes at once, now and then during the run
+//     and always at its end.
 //   - Partitions and message loss (SimNetwork).
 //   - Drive loss: a drive of a node fails for good (disk.FaultDrive.Fail),
 //     at most as many per node as the stripes have parity; it stays failed
@@ -52,7 +53,8 @@
 // the reads reach; a read may fail, but never return wrong data); at most
 // one leader per term; and at the end, once the network heals and every
 // node is up, the three replicas of each volume, read from the nodes'
-// stores, are equal byte for byte and match the model.
+// stores, match the model and are equal byte for byte; then again after
+// the final blackout and restart.
 //
 //	go test ./tests/sim                      # 4 fresh seeds
 //	go test ./tests/sim -sim.seeds=200       # more seeds

@@ -172,6 +172,7 @@ func (s *sim) checkRead(op *simOp) {
 // cluster does: what survives is what each node's media kept, and every
 // acknowledged write must be among it.
 func (s *sim) blackout() {
+	s.stats.blackouts++
 	s.tracef("blackout: every node loses power")
 	for _, n := range s.nodes {
 		if n.up() {

@@ -62,9 +62,9 @@ func TestSim(t *testing.T) {
 				t.Fatalf("seed %d failed: %v\nreplay: go test ./tests/sim -run 'TestSim$' -sim.seed=%d -v", seed, s.failure, seed)
 			}
 			t.Logf("seed %d (%v stores, %d+%d): %d writes acknowledged, %d unknown, %d reads checked (%d failed), "+
-				"%d crashes (%d power losses), %d partitions, %d transfers, %d drives lost; %s; network %+v", seed,
+				"%d crashes (%d power losses, %d blackouts), %d partitions, %d transfers, %d drives lost; %s; network %+v", seed,
 				s.opts.store.mode, s.opts.store.drives-s.opts.store.parity, s.opts.store.parity, s.stats.acked,
-				s.stats.unknown, s.stats.reads, s.stats.readErrors, s.stats.crashes, s.stats.powerLosses,
+				s.stats.unknown, s.stats.reads, s.stats.readErrors, s.stats.crashes, s.stats.powerLosses, s.stats.blackouts,
 				s.stats.partitions, s.stats.transfers, s.stats.drivesLost, s.storeTotals(), s.net.Stats())
 		})
 	}
