@@ -25,12 +25,18 @@ type basaltTarget struct {
 }
 
 func startBasaltTarget(tb testing.TB) *basaltTarget {
-	quiet := slog.New(slog.DiscardHandler)
-	tgt, err := target.New(target.Config{Logger: quiet})
+	be, err := backend.NewMemory(volumeSize, blockSize)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	be, err := backend.NewMemory(volumeSize, blockSize)
+	return startTargetOn(tb, be)
+}
+
+// startTargetOn starts the real target with be as its one namespace,
+// listening on loopback.
+func startTargetOn(tb testing.TB, be backend.Backend) *basaltTarget {
+	quiet := slog.New(slog.DiscardHandler)
+	tgt, err := target.New(target.Config{Logger: quiet})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"basalt/pkg/backend"
 	"basalt/pkg/clock"
 	"basalt/pkg/disk"
 	"basalt/pkg/meta"
@@ -18,8 +16,6 @@ import (
 	"basalt/pkg/store"
 	"basalt/pkg/volume"
 	"basalt/replication"
-	"basalt/target"
-	"basalt/target/tcp"
 )
 
 // replicatedTarget is the real target whose namespace is a pkg/volume
@@ -97,40 +93,6 @@ func (rt *replicatedTarget) close() {
 	_ = rt.host.Close()
 	_ = rt.store.Close()
 	_ = rt.db.Close()
-}
-
-// startTargetOn is startBasaltTarget with be as the namespace.
-func startTargetOn(tb testing.TB, be backend.Backend) *basaltTarget {
-	quiet := slog.New(slog.DiscardHandler)
-	tgt, err := target.New(target.Config{Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := tgt.AddSubsystem(target.SubsystemConfig{NQN: benchNQN, AllowAnyHost: true,
-		Namespaces: []target.NamespaceConfig{{NSID: 1, Backend: be}}}); err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, portNum, _ := net.SplitHostPort(addr)
-	port, err := tgt.AddPort(target.PortConfig{ID: 1, TRADDR: "127.0.0.1", TRSVCID: portNum})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l, err := tcp.Listen(tgt, port, addr, tcp.Options{Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	bt := &basaltTarget{tgt: tgt, l: l, addr: addr, done: make(chan struct{})}
-	go func() {
-		defer close(bt.done)
-		l.Serve() //nolint:errcheck // returns when closed
-	}()
-	return bt
 }
 
 // BenchmarkReplicatedWrite: 4 KiB random writes from the host library, over
