@@ -47,11 +47,13 @@ func TestMapErrGivesTheBackendClasses(t *testing.T) {
 // TestFollowerRefusesIOWithANAErrors: a follower refuses every kind of I/O
 // at once with replication.ErrNotLeader wrapping backend.ErrInaccessible
 // (target/status.go: ANA Inaccessible), a removed group and a volume never
-// bound with ErrStopped wrapping it too.
+// bound with ErrStopped wrapping it too. The replicas are full: a follower
+// answers with the ANA error all the same, not with its own lack of space
+// (the host would fail the write instead of using the leader's path).
 func TestFollowerRefusesIOWithANAErrors(t *testing.T) {
 	c := newSimCluster(t, 13)
 	for _, id := range members {
-		c.start(id, newMemory(t, simVolumeSize))
+		c.start(id, fullReplica{newMemory(t, simVolumeSize)})
 	}
 	leader := c.leader()
 	c.run(50 * time.Millisecond) // followers learn the leader
@@ -120,3 +122,8 @@ func TestNewAttachesToAGroupAddedWithout(t *testing.T) {
 		t.Fatalf("read back %d, %v", b[0], err)
 	}
 }
+
+// fullReplica is a replica with no room for any write.
+type fullReplica struct{ *backend.Memory }
+
+func (fullReplica) CheckSpace(off, n, headroom int64) error { return backend.ErrNoSpace }

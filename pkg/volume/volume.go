@@ -255,9 +255,13 @@ func (v *Volume) Close() error {
 // entry applies stops the group on that node, so the check leaves that
 // room. Other replicas hold the same blocks, so the leader's answer stands
 // for them.
+//
+// Only the leader answers: on any other node the proposal is refused with
+// the ANA error that sends the host to another path, which a full or
+// failed local replica must not hide behind a space or media error.
 func (v *Volume) checkSpace(g *replication.Group, off, n int64) error {
 	sc, ok := v.local.(backend.SpaceChecker)
-	if !ok {
+	if !ok || !g.IsLeader() {
 		return nil
 	}
 	return sc.CheckSpace(off, n, g.Host().AdmissionLimit())
