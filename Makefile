@@ -28,7 +28,8 @@ test-unit:
 ## (TestCrashRecovery 6 instead of 60, TestCrashRecoveryConcurrent 2 instead of
 ## 10, TestResizeVolumeCrash every fourth persistence point): the store's at
 ## their default counts, the write buffer's and the Raft log's, which cost
-## little, at 10x and 16x theirs (3,000 and 100 seeds). About 15 s.
+## little, at 10x and 16x theirs (3,000 and 100 seeds). About 15 s of tests;
+## a minute on 2 cores when the build cache does not yet hold their non-race build.
 ## Seeds are fresh every run; each test logs its first seed, and a failure
 ## names its own (see scripts/soak.sh for the variables that replay them).
 CRASH_TESTS := TestCrashRecovery|TestCrashRecoveryFoundSeeds|TestStagedCrashRecovery|TestCrashRecoveryConcurrent|TestCrashAfterDiscardRecoversEveryAcknowledgedWrite|TestResizeVolumeCrash|TestCrashAtEveryPersistencePoint|TestCrashWithConcurrentAppendsOverManySeeds|TestLogSurvivesCrashesAtEveryStepAndPowerLossMidRecord|TestLargeAppendSplitsIntoRecordsThatRecoverAsPrefixes|TestWholeClusterRestartKeepsAcknowledgedWrites

@@ -12,6 +12,7 @@
 #   store             SOAK_STORE_SEEDS=3000      pkg/store TestCrashRecovery
 #   store-concurrent  SOAK_STORE_CONC_SEEDS=500  pkg/store TestCrashRecoveryConcurrent
 #   store-discard     SOAK_STORE_DISCARD_SEEDS=200  pkg/store TestCrashAfterDiscardRecoversEveryAcknowledgedWrite
+#   store-staged      SOAK_STORE_STAGED_SEEDS=1000  pkg/store TestStagedCrashRecovery
 #   cache             SOAK_CACHE_SEEDS=1000000   cache TestCrashWithConcurrentAppendsOverManySeeds
 #   raftlog           SOAK_RAFTLOG_SEEDS=10000   replication TestLogSurvivesCrashesAtEveryStepAndPowerLossMidRecord
 #   sim               SOAK_SIM_SEEDS=10000       tests/sim TestSim
@@ -28,7 +29,7 @@ root=$(pwd)
 
 GO=${GO:-go}
 JOBS=${SOAK_JOBS:-$(nproc)}
-PARTS=${SOAK_PARTS:-"store store-concurrent store-discard cache raftlog sim"}
+PARTS=${SOAK_PARTS:-"store store-concurrent store-discard store-staged cache raftlog sim"}
 PROGRESS=${SOAK_PROGRESS:-60}
 CHUNK_TIMEOUT=${SOAK_CHUNK_TIMEOUT:-20m}
 DIR=${SOAK_DIR:-$(mktemp -d /tmp/basalt-soak.XXXXXX)}
@@ -48,6 +49,9 @@ replay[store-concurrent]="BASALT_STORE_SEED=@ go test -tags invariants ./pkg/sto
 pkg[store-discard]=./pkg/store; test[store-discard]=TestCrashAfterDiscardRecoversEveryAcknowledgedWrite
 seeds[store-discard]=${SOAK_STORE_DISCARD_SEEDS:-200}; chunk[store-discard]=25
 replay[store-discard]="BASALT_STORE_SEED=@ go test -tags invariants ./pkg/store -run '^TestCrashAfterDiscardRecoversEveryAcknowledgedWrite\$' -v"
+pkg[store-staged]=./pkg/store; test[store-staged]=TestStagedCrashRecovery
+seeds[store-staged]=${SOAK_STORE_STAGED_SEEDS:-1000}; chunk[store-staged]=100
+replay[store-staged]="BASALT_STORE_SEED=@ go test -tags invariants ./pkg/store -run '^TestStagedCrashRecovery\$' -v"
 pkg[cache]=./cache; test[cache]=TestCrashWithConcurrentAppendsOverManySeeds
 seeds[cache]=${SOAK_CACHE_SEEDS:-1000000}; chunk[cache]=50000
 replay[cache]="BASALT_CACHE_FIRST=@ BASALT_CACHE_SEEDS=1 go test -tags invariants ./cache -run '^TestCrashWithConcurrentAppendsOverManySeeds\$' -v -count=20 (the appenders' interleaving is not part of the seed)"
