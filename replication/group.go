@@ -87,6 +87,11 @@ type proposal struct {
 	data  []byte // the entry: an 8-byte proposal ID, then the payload
 	done  func(error)
 	start time.Time
+	// term and index are where Raft put the entry when this node stepped
+	// it (core.propose): only the entry found there completes the
+	// proposal. The ID alone does not identify it: another node's entry,
+	// or one from another incarnation of this node, may carry the same.
+	term, index uint64
 }
 
 // readRequest is one ReadBarrier on its way through the loop.

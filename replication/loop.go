@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"basalt/pkg/clock"
+	"basalt/pkg/invariant"
 )
 
 // core is the state a group's loop owns: the RawNode (thread-unsafe), the
@@ -319,6 +320,14 @@ func (c *core) propose(batch []*proposal) error {
 	}
 	err := c.rn.Step(raftpb.Message{Type: raftpb.MsgProp, From: c.self, Entries: ents})
 	if err == nil {
+		// Raft stamps the entries it accepts in place with its term and
+		// their index (raft.appendEntry); the proposal remembers them.
+		for i, p := range batch {
+			p.term, p.index = ents[i].Term, ents[i].Index
+			if p.term == 0 || p.index == 0 {
+				_ = invariant.Failf("replication: %v: Raft accepted a proposal without stamping its term and index", c.g.id)
+			}
+		}
 		return nil
 	}
 	for i := range ents {
@@ -471,7 +480,7 @@ func (c *core) applyNormal(e *raftpb.Entry) error {
 		c.lastSMIndex = e.Index
 	}
 	id := binary.LittleEndian.Uint64(e.Data)
-	if p := c.pending[id]; p != nil {
+	if p := c.pending[id]; p != nil && p.term == e.Term && p.index == e.Index {
 		delete(c.pending, id)
 		c.stats.proposals++
 		sample := c.h.clock.Since(p.start)
