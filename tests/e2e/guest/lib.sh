@@ -54,11 +54,11 @@ wait_until() {
 	_secs=$1
 	_what=$2
 	shift 2
-	_n=$((_secs * 5))
-	while [ "$_n" -gt 0 ]; do
+	_wait_n=$((_secs * 5)) # a name of its own: CMD may set the shell's other globals
+	while [ "$_wait_n" -gt 0 ]; do
 		"$@" >/dev/null 2>&1 && return 0
 		sleep 0.2
-		_n=$((_n - 1))
+		_wait_n=$((_wait_n - 1))
 	done
 	die "timed out after ${_secs}s waiting for $_what"
 }
@@ -81,10 +81,10 @@ ns_for() {
 	for _s in /sys/class/nvme-subsystem/nvme-subsys*; do
 		[ -e "$_s/subsysnqn" ] || continue
 		[ "$(cat "$_s/subsysnqn")" = "$1" ] || continue
-		for _n in "$_s"/nvme*n*; do
-			[ -e "$_n/nsid" ] || continue
-			if [ "$(cat "$_n/nsid")" = "$2" ] && [ -b "/dev/$(basename "$_n")" ]; then
-				echo "/dev/$(basename "$_n")"
+		for _nsd in "$_s"/nvme*n*; do
+			[ -e "$_nsd/nsid" ] || continue
+			if [ "$(cat "$_nsd/nsid")" = "$2" ] && [ -b "/dev/$(basename "$_nsd")" ]; then
+				echo "/dev/$(basename "$_nsd")"
 				return 0
 			fi
 		done
