@@ -416,9 +416,6 @@ func (g *Group) attachLocked(sm StateMachine) error {
 		return err
 	}
 	g.c = c
-	if b, ok := sm.(interface{ bind(*Group) }); ok {
-		b.bind(g)
-	}
 	g.host.publishRoutesLocked()
 	if g.host.mu.started && !g.host.cfg.Manual {
 		g.startLocked()
