@@ -236,6 +236,7 @@ func TestAsyncProposalsOnAFullQueueWaitWithoutAGoroutine(t *testing.T) {
 			if i > 1000 {
 				t.Fatal("ProposeAsync still waits after the loop drained the queue")
 			}
+			runtime.Gosched() // let the waiting caller run: without the race detector 1000 Polls pass in microseconds
 			continue
 		}
 		break
