@@ -93,13 +93,36 @@ type Node struct {
 	NVMeAddr string `json:"nvme_addr"`
 	RaftAddr string `json:"raft_addr"`
 	APIAddr  string `json:"api_addr"`
-	// State is the administrative state: "active" (future: "draining",
-	// "removed" when nodes are replaced).
+	// State is the administrative state (NodeActive, NodeMaintenance,
+	// NodeDraining, NodeOut).
 	State string `json:"state"`
+	// Zone is the node's failure domain: a volume's replicas go to
+	// distinct zones when the cluster has enough of them. Empty is a zone
+	// of its own per node.
+	Zone string `json:"zone,omitempty"`
+	// Capacity is the bytes of volume data the node can hold (its store's
+	// usable space; 0: unknown, placement then counts replicas only).
+	Capacity int64 `json:"capacity,omitempty"`
 }
 
-// NodeActive is the state of a node that holds and receives replicas.
-const NodeActive = "active"
+// The administrative states of a node.
+const (
+	// NodeActive holds replicas, leads volumes and receives new replicas.
+	NodeActive = "active"
+	// NodeMaintenance keeps its replicas but leads nothing and gets no new
+	// replicas, and is not marked out while it is down (a planned reboot).
+	NodeMaintenance = "maintenance"
+	// NodeDraining leads nothing and has every replica moved to other
+	// nodes; once it holds none it can be removed.
+	NodeDraining = "draining"
+	// NodeOut was down longer than the down-out interval: its replicas
+	// are replaced on other nodes. It becomes active again when it
+	// returns and an administrator says so.
+	NodeOut = "out"
+)
+
+// Serves reports whether the node may lead volumes and receive replicas.
+func (n *Node) Serves() bool { return n.State == NodeActive || n.State == "" }
 
 // Volume is a replicated volume.
 type Volume struct {
@@ -115,8 +138,17 @@ type Volume struct {
 	PendingSize  int64            `json:"pending_size,omitempty"`
 	ReplicaSizes map[NodeID]int64 `json:"replica_sizes,omitempty"`
 	BlockSize    int              `json:"block_size"`
-	// Replicas are the nodes holding a copy, also the Raft group members.
+	// Replicas are the voters of the volume's Raft group, as its leader
+	// last reported them (the nodes holding a full copy).
 	Replicas []NodeID `json:"replicas"`
+	// Learners are nodes catching up as non-voting members of the group
+	// (a replica being added).
+	Learners []NodeID `json:"learners,omitempty"`
+	// Want, when set, is the replica set the volume is being moved to
+	// (healing, drain, replace, rebalance): the group's leader adds each
+	// missing node as a learner, promotes it once it has caught up and
+	// removes the voters not in Want, in one joint change.
+	Want []NodeID `json:"want,omitempty"`
 	// AllowAnyHost admits every host; otherwise only Hosts.
 	AllowAnyHost bool     `json:"allow_any_host"`
 	Hosts        []string `json:"hosts"`
@@ -133,8 +165,14 @@ const VolumeActive = "active"
 // NQN returns the volume's subsystem NQN.
 func (v *Volume) NQN() string { return NQNPrefix + v.Name }
 
-// HasReplica reports whether node n holds a replica.
-func (v *Volume) HasReplica(n NodeID) bool { return slices.Contains(v.Replicas, n) }
+// HasReplica reports whether node n holds a replica or is to hold one: a
+// voter, a learner, or a node in Want.
+func (v *Volume) HasReplica(n NodeID) bool {
+	return slices.Contains(v.Replicas, n) || slices.Contains(v.Learners, n) || slices.Contains(v.Want, n)
+}
+
+// IsVoter reports whether node n is a voter of the volume's group.
+func (v *Volume) IsVoter(n NodeID) bool { return slices.Contains(v.Replicas, n) }
 
 // LocalName is the name of the volume's replica in a node's local store:
 // unique for all time, because group IDs are never reused.
@@ -143,6 +181,8 @@ func (v *Volume) LocalName() string { return fmt.Sprintf("v%d.%s", v.ID, v.Name)
 func (v *Volume) clone() *Volume {
 	c := *v
 	c.Replicas = slices.Clone(v.Replicas)
+	c.Learners = slices.Clone(v.Learners)
+	c.Want = slices.Clone(v.Want)
 	c.Hosts = slices.Clone(v.Hosts)
 	c.ReplicaSizes = maps.Clone(v.ReplicaSizes)
 	return &c
