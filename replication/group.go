@@ -32,6 +32,9 @@ type Group struct {
 	id      GroupID
 	host    *Host
 	storage *logStorage
+	// joinPeers are the members named when the group was added: the peers
+	// a joining node takes messages from before it has a configuration.
+	joinPeers []uint64
 
 	inbox     chan inbound
 	proposals chan *proposal

@@ -169,6 +169,14 @@ func (h *Host) Group(id GroupID) *Group {
 // node and be the same on every member. A nil sm creates the group stopped:
 // it starts when a state machine is attached (Group.Attach).
 func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, error) {
+	return h.addGroup(id, members, sm, false)
+}
+
+// addGroup is AddGroup; with join, a new group is not bootstrapped: it
+// starts with no configuration and takes messages from members, the group's
+// current voters, until the leader's snapshot brings the configuration
+// (JoinGroup).
+func (h *Host) addGroup(id GroupID, members []NodeID, sm StateMachine, join bool) (*Group, error) {
 	if id == 0 {
 		return nil, fmt.Errorf("%w: group 0", ErrConfig)
 	}
@@ -184,7 +192,13 @@ func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, 
 	}
 	s := h.mu.dormant[id]
 	delete(h.mu.dormant, id)
-	bootstrap := s == nil
+	bootstrap := s == nil && !join
+	if s == nil && join {
+		s = h.newStorage(id)
+		if tomb != nil {
+			s.attachTombstone(tomb)
+		}
+	}
 	if bootstrap {
 		if !slices.Contains(members, h.cfg.NodeID) {
 			h.mu.Unlock()
@@ -196,6 +210,11 @@ func (h *Host) AddGroup(id GroupID, members []NodeID, sm StateMachine) (*Group, 
 		}
 	}
 	g := newGroup(h, id, s)
+	for _, m := range members {
+		if m != h.cfg.NodeID {
+			g.joinPeers = append(g.joinPeers, uint64(m))
+		}
+	}
 	h.mu.groups[id] = g // registers s.pin before the group's first record
 	h.mu.Unlock()
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -285,10 +286,19 @@ func (c *core) settle() error {
 	return nil
 }
 
-// setConf records the configuration Raft now uses.
+// setConf records the configuration Raft now uses. A group that joined
+// with no configuration yet (Host.JoinGroup) takes messages from the peers
+// it was told of until its first snapshot brings one.
 func (c *core) setConf(cs raftpb.ConfState) {
 	c.conf = cs
 	c.members = members(cs)
+	if len(c.members) == 0 {
+		c.members = slices.Clone(c.g.joinPeers)
+	}
+	m := membershipOf(cs)
+	c.g.status.Lock()
+	c.g.status.s.Members = m
+	c.g.status.Unlock()
 }
 
 // rejections counts and logs what the Host refused.

@@ -49,6 +49,7 @@ type core struct {
 
 	nextProposalID uint64
 	pending        map[uint64]*proposal // by proposal ID, until applied
+	confWaiters    []*confWaiter        // configuration changes proposed here (membership.go)
 	batch          []*proposal          // proposals waiting to be stepped
 	reads          readState
 	snapshotsOut   map[uint64]uint64 // follower -> index of the snapshot streaming to it
@@ -461,7 +462,8 @@ func (c *core) apply(ents []raftpb.Entry) error {
 
 func (c *core) applyNormal(e *raftpb.Entry) error {
 	if len(e.Data) == 0 {
-		return nil // a new leader's empty entry
+		c.confEntryReplaced(e)
+		return nil // a new leader's empty entry, or a configuration change Raft refused
 	}
 	if len(e.Data) < proposalIDSize {
 		return corruptf("%v entry %d of %d bytes has no proposal ID", c.g.id, e.Index, len(e.Data))
@@ -511,6 +513,9 @@ func (c *core) applyConfChange(e *raftpb.Entry) error {
 	conf := c.rn.ApplyConfChange(cc)
 	c.s.recordConf(e.Index, *conf)
 	c.setConf(*conf)
+	c.h.log.Info("configuration changed", "group", c.g.id, "index", e.Index, "change", raftpb.ConfChangesToString(cc.AsV2().Changes),
+		"voters", conf.Voters, "learners", conf.Learners, "outgoing", conf.VotersOutgoing)
+	c.onConfApplied(e)
 	return nil
 }
 
@@ -524,6 +529,7 @@ func (c *core) onSoftState(ss raft.SoftState) {
 	if wasLeader && !c.isLeader {
 		c.g.lease.Store(nil)
 		c.failPending(ErrNoLeader)
+		c.failConfWaiters(ErrNoLeader)
 		c.reads.onLostLeadership(c)
 	}
 	if oldLead != c.lead {
@@ -554,6 +560,7 @@ func (c *core) shutdown(err error) {
 	}
 	c.batch = nil
 	c.failPending(err)
+	c.failConfWaiters(err)
 	c.reads.fail(err)
 	c.g.leader.Store(0)
 	c.g.isLeader.Store(false)

@@ -28,6 +28,8 @@ type GroupStatus struct {
 	// FirstIndex and LastIndex bound the log kept in the write buffer; the
 	// entries before FirstIndex were compacted.
 	FirstIndex, LastIndex uint64
+	// Members is the configuration this node applied last.
+	Members Membership
 	// Peers is the leader's view of each member's replication (empty on a
 	// follower).
 	Peers []PeerStatus
