@@ -246,6 +246,9 @@ func (c *core) checkSafeChange(cc raftpb.ConfChangeV2) error {
 	if len(voters) == 0 {
 		return fmt.Errorf("%w: no voter would remain", ErrUnsafeChange)
 	}
+	if sameSet(voters, c.conf.Voters) {
+		return nil // learners only: the quorum is unchanged
+	}
 	live := 0
 	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if slices.Contains(voters, id) && (id == c.self || pr.RecentActive) {
@@ -304,4 +307,16 @@ func (c *core) failConfWaiters(err error) {
 		w.done(err)
 	}
 	c.confWaiters = nil
+}
+
+func sameSet(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }

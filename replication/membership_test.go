@@ -155,6 +155,9 @@ func TestChangeMembersRefusesWhatRaftCannotDo(t *testing.T) {
 	leader := c.leader()
 	follower := c.members[(int(leader))%3]
 	c.runUntil(time.Second, "the follower knows the leader", func() bool { return c.vols[follower].Group().Leader() == leader })
+	if err := c.write(leader, 0, 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.change(follower, MemberChange{AddLearner, 4}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("change on a follower: %v, want ErrNotLeader", err)
 	}
