@@ -120,7 +120,7 @@ func (c *Controller) identifyController(buf []byte) {
 		id.CMIC = cmicMultiPortMultiCtrlANA
 		id.MDTS = cfg.MDTS
 		id.LPA = lpaSMARTPerNamespace | lpaCommandsEffects | lpaExtendedData
-		id.ANATT, id.ANACAP, id.ANAGRPMAX, id.NANAGRPID = anattSeconds, anacapAll, nn, nn
+		id.ANATT, id.ANACAP, id.ANAGRPMAX, id.NANAGRPID = anattSeconds, anacapAll, cfg.MaxANAGroupID, nn
 		id.SQES, id.CQES, id.MAXCMD = sqesNVM, cqesNVM, cfg.MQES+1
 		id.NN, id.MNAN = nn, nn
 		id.ONCS, id.VWC = oncsDSMWZ, vwcPresent

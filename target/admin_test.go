@@ -21,7 +21,7 @@ func TestIdentifyController(t *testing.T) {
 	want := nvme.IdentifyController{
 		SN: "SN-CLUSTER-1", MN: "Basalt Volume", FR: "1.0", CMIC: 0x0B, MDTS: 6, CNTLID: a.cntlid,
 		VER: 0x00010300, OAES: 1<<8 | 1<<11, CTRATT: 1, CNTRLTYPE: 1, ACL: 3, AERL: 3, FRMW: 3,
-		LPA: 0x07, ELPE: 63, KAS: 10, ANATT: 10, ANACAP: 0x5F, ANAGRPMAX: 128, NANAGRPID: 128,
+		LPA: 0x07, ELPE: 63, KAS: 10, ANATT: 10, ANACAP: 0x5F, ANAGRPMAX: DefaultMaxANAGroupID, NANAGRPID: 128,
 		SQES: 0x66, CQES: 0x44, MAXCMD: 256, NN: 128, ONCS: 0x0C, VWC: 1, SGLS: 0x00100001,
 		MNAN: 128, SubNQN: testSubNQN, IOCCSZ: 4 + 16384/16, IORCSZ: 1, MSDBD: 1,
 	}
@@ -379,7 +379,7 @@ func TestANALog(t *testing.T) {
 	expectStatus(t, "persistent loss", cpl, nvme.StatusANAPersistentLoss)
 	// Invalid changes are ignored.
 	env.tgt.SetANAState(0, 1, nvme.ANAInaccessible)
-	env.tgt.SetANAState(999, 1, nvme.ANAInaccessible)
+	env.tgt.SetANAState(DefaultMaxANAGroupID+1, 1, nvme.ANAInaccessible)
 	env.tgt.SetANAState(1, 1, 7)
 	if s := env.tgt.ANAState(1, 1); s != nvme.ANAOptimized {
 		t.Fatalf("state after invalid changes %v", s)

@@ -8,17 +8,33 @@ import (
 )
 
 // Asymmetric Namespace Access (NVMe Base 2.0 §8.1.3). Each namespace is in
-// one ANA group (by default its own: ANAGRPID = NSID). The state of a group
+// one ANA group (by default its own: ANAGRPID = NSID), with an ID in
+// 1..Config.MaxANAGroupID (ANAGRPMAX). A controller reports NANAGRPID =
+// MaxNamespaces: its subsystem, with at most that many namespaces, has at
+// most that many groups, so its ANA log is at most 16 + 36 × MaxNamespaces
+// bytes however large the IDs (the Linux host sizes the log it reads as
+// 16 + 32 × NANAGRPID + 4 × MNAN and checks each ID against ANAGRPMAX only). The state of a group
 // is kept per port, as nvmet does (port->ana_state[grpid]): a node's port
 // reports "optimized" for the volumes whose Raft group it leads and
 // "inaccessible" for the others. Unset states read as optimized.
 
-// anaPort holds the ANA state of every group as seen through one port.
-// Indexed by group ID (1..MaxNamespaces); lock-free for the I/O path.
+// anaPort holds the ANA state of every group as seen through one port,
+// indexed by group ID (1..Config.MaxANAGroupID) in chunks of anaChunkSize
+// groups that are allocated on a group's first state change, so that a
+// large ANAGRPMAX costs a pointer per chunk until groups are used.
+// Lock-free for the I/O path; chunks are installed with t.mu held.
 type anaPort struct {
 	id     uint16
-	states []atomic.Uint32 // nvme.ANAState; 0 = never set = optimized
-	chgcnt []atomic.Uint64 // CHGCNT at the group's last change
+	chunks []atomic.Pointer[anaChunk]
+}
+
+// anaChunkSize is the number of groups one anaChunk holds.
+const anaChunkSize = 256
+
+// anaChunk holds the states of groups [k*anaChunkSize, (k+1)*anaChunkSize).
+type anaChunk struct {
+	states [anaChunkSize]atomic.Uint32 // nvme.ANAState; 0 = never set = optimized
+	chgcnt [anaChunkSize]atomic.Uint64 // CHGCNT at the group's last change
 }
 
 // anaPortLocked returns the table of port id, creating it (t.mu held, or
@@ -27,18 +43,42 @@ func (t *Target) anaPortLocked(id uint16) *anaPort {
 	if p := t.mu.ana[id]; p != nil {
 		return p
 	}
-	n := t.cfg.MaxNamespaces + 1
-	p := &anaPort{id: id, states: make([]atomic.Uint32, n), chgcnt: make([]atomic.Uint64, n)}
+	n := t.cfg.MaxANAGroupID/anaChunkSize + 1
+	p := &anaPort{id: id, chunks: make([]atomic.Pointer[anaChunk], n)}
 	t.mu.ana[id] = p
 	return p
 }
 
+// chunk returns the chunk of group grp, nil while no group of it changed.
+func (p *anaPort) chunk(grp uint32) *anaChunk { return p.chunks[grp/anaChunkSize].Load() }
+
+// chunkLocked returns the chunk of group grp, allocating it (t.mu held).
+func (p *anaPort) chunkLocked(grp uint32) *anaChunk {
+	if c := p.chunk(grp); c != nil {
+		return c
+	}
+	c := new(anaChunk)
+	p.chunks[grp/anaChunkSize].Store(c)
+	return c
+}
+
 // state returns the ANA state of group grp on this port.
 func (p *anaPort) state(grp uint32) nvme.ANAState {
-	if v := p.states[grp].Load(); v != 0 {
-		return nvme.ANAState(v)
+	if c := p.chunk(grp); c != nil {
+		if v := c.states[grp%anaChunkSize].Load(); v != 0 {
+			return nvme.ANAState(v)
+		}
 	}
 	return nvme.ANAOptimized
+}
+
+// chgcnt returns the CHGCNT of group grp's last change on this port (0:
+// never changed).
+func (p *anaPort) chgcnt(grp uint32) uint64 {
+	if c := p.chunk(grp); c != nil {
+		return c.chgcnt[grp%anaChunkSize].Load()
+	}
+	return 0
 }
 
 func validANAState(s nvme.ANAState) bool {
@@ -58,7 +98,7 @@ func validANAState(s nvme.ANAState) bool {
 // Keep at least one path of every group optimized or non-optimized: the
 // Linux host queues I/O forever while every path is inaccessible.
 func (t *Target) SetANAState(group uint32, portID uint16, s nvme.ANAState) {
-	if group == 0 || group > t.cfg.MaxNamespaces || !validANAState(s) {
+	if group == 0 || group > t.cfg.MaxANAGroupID || !validANAState(s) {
 		t.log.Error("invalid ANA state change ignored", "group", group, "port", portID, "state", s)
 		return
 	}
@@ -68,8 +108,9 @@ func (t *Target) SetANAState(group uint32, portID uint16, s nvme.ANAState) {
 		t.mu.Unlock()
 		return
 	}
-	p.states[group].Store(uint32(s))
-	p.chgcnt[group].Store(t.anaChgcnt.Add(1))
+	c := p.chunkLocked(group)
+	c.states[group%anaChunkSize].Store(uint32(s))
+	c.chgcnt[group%anaChunkSize].Store(t.anaChgcnt.Add(1))
 	ctrls := t.controllersLocked(func(c *Controller) bool {
 		return !c.discovery && c.port.ana == p && c.subsys.hasGroup(group)
 	})
@@ -80,7 +121,7 @@ func (t *Target) SetANAState(group uint32, portID uint16, s nvme.ANAState) {
 
 // ANAState returns the state of group as seen through port portID.
 func (t *Target) ANAState(group uint32, portID uint16) nvme.ANAState {
-	if group == 0 || group > t.cfg.MaxNamespaces {
+	if group == 0 || group > t.cfg.MaxANAGroupID {
 		return 0
 	}
 	t.mu.Lock()
@@ -137,7 +178,7 @@ func (c *Controller) anaLog(rgo bool) []byte {
 	off := nvme.ANALogHeaderSize
 	ap := c.port.ana
 	for _, g := range groups {
-		d := nvme.ANAGroupDescriptor{ANAGRPID: g, CHGCNT: ap.chgcnt[g].Load(), State: ap.state(g)}
+		d := nvme.ANAGroupDescriptor{ANAGRPID: g, CHGCNT: ap.chgcnt(g), State: ap.state(g)}
 		var nsids []uint32
 		if !rgo {
 			for _, ns := range list {

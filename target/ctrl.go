@@ -170,8 +170,8 @@ func (c *Controller) destroy(reason error) {
 	c.mu.Unlock()
 
 	c.t.mu.Lock()
-	if c.t.mu.ctrls[c.cntlid] == c {
-		delete(c.t.mu.ctrls, c.cntlid)
+	if k := (ctrlKey{c.subsys, c.cntlid}); c.t.mu.ctrls[k] == c {
+		delete(c.t.mu.ctrls, k)
 	}
 	c.t.mu.Unlock()
 	close(c.done)

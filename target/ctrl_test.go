@@ -267,7 +267,8 @@ func TestConfig(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.MDTS != 5 || c.InCapsuleDataSize != 8192 || c.MQES != 127 || c.CNTLIDMin != 1 || c.CNTLIDMax != 0xFFEF || c.MaxNamespaces != 128 {
+	if c.MDTS != 5 || c.InCapsuleDataSize != 8192 || c.MQES != 127 || c.CNTLIDMin != 1 || c.CNTLIDMax != 0xFFEF || c.MaxNamespaces != 128 ||
+		c.MaxANAGroupID != DefaultMaxANAGroupID {
 		t.Fatalf("defaults %+v", c)
 	}
 	for _, tc := range []struct {
@@ -281,6 +282,8 @@ func TestConfig(t *testing.T) {
 		{"ICD not multiple of 16", func(c *Config) { c.InCapsuleDataSize = 100 }},
 		{"ICD above MDTS", func(c *Config) { c.InCapsuleDataSize = 1 << 20 }},
 		{"MaxNamespaces too large for the ANA log", func(c *Config) { c.MaxNamespaces = 228 }},
+		{"MaxANAGroupID below MaxNamespaces", func(c *Config) { c.MaxANAGroupID = c.MaxNamespaces - 1 }},
+		{"MaxANAGroupID above the limit", func(c *Config) { c.MaxANAGroupID = maxANAGroupIDLimit + 1 }},
 		{"serial too long", func(c *Config) { c.Serial = "012345678901234567890" }},
 		{"model not ASCII", func(c *Config) { c.Model = "Basalt\x00" }},
 	} {
@@ -336,7 +339,7 @@ func TestConfigErrors(t *testing.T) {
 		{NQN: "nqn.x:c", Namespaces: []NamespaceConfig{{NSID: 1}}},
 		{NQN: "nqn.x:d", Namespaces: []NamespaceConfig{{NSID: 1, Backend: newMemBackend(1000, 512)}}},
 		{NQN: "nqn.x:e", Namespaces: []NamespaceConfig{{NSID: 1, Backend: newMemBackend(1<<16, 256)}}},
-		{NQN: "nqn.x:f", Namespaces: []NamespaceConfig{{NSID: 1, Backend: be, ANAGroup: 300}}},
+		{NQN: "nqn.x:f", Namespaces: []NamespaceConfig{{NSID: 1, Backend: be, ANAGroup: DefaultMaxANAGroupID + 1}}},
 		{NQN: "nqn.x:g", Namespaces: []NamespaceConfig{{NSID: 1, Backend: be}, {NSID: 1, Backend: be}}},
 	} {
 		if _, err := env.tgt.AddSubsystem(sc); err == nil {

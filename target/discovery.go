@@ -175,29 +175,49 @@ func (t *Target) discoveryEntriesLocked(hostNQN string) []discoveryEntry {
 	return out
 }
 
-// discoveryLog builds the whole discovery log page for hostNQN: the header
-// (GENCTR, NUMREC, RECFMT 0) and the entries (TRTYPE TCP, SUBTYPE NVM
-// subsystem, TREQ 0, dynamic CNTLID, ASQSZ 32, SECTYPE none). GENCTR and
-// the entries are read under one lock, so they are consistent.
-func (t *Target) discoveryLog(hostNQN string) []byte {
+// discoveryLogPart returns bytes [off, off+n) of hostNQN's discovery log
+// page (fewer where the log ends first; nil when off is at or past its
+// end) and the log's size. The page is the header (GENCTR, NUMREC, RECFMT
+// 0) and the entries (TRTYPE TCP, SUBTYPE NVM subsystem, TREQ 0, dynamic
+// CNTLID, ASQSZ 32, SECTYPE none), 1 KiB each; only the records that
+// overlap the range are encoded, so a host that reads a log of thousands
+// of entries in 4 KiB pieces (nvme-cli does) pays for listing the entries,
+// not for encoding the whole log, per piece. GENCTR and the entries are
+// read under one lock, so they are consistent; a host that reads in pieces
+// compares GENCTR before and after.
+func (t *Target) discoveryLogPart(hostNQN string, off, n uint64) (part []byte, size uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	entries := t.discoveryEntriesLocked(hostNQN)
-	b := make([]byte, nvme.DiscoveryLogHeaderSize+len(entries)*nvme.DiscoveryLogEntrySize)
-	nvme.EncodeDiscoveryLogHeader(b, t.genctr.Load(), uint64(len(entries)))
-	off := nvme.DiscoveryLogHeaderSize
-	for _, de := range entries {
-		p := de.port
-		e := nvme.DiscoveryLogEntry{
-			TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
-			// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2, and a
-			// kernel without NVMe/TCP TLS (Debian 12's) then fails the connect.
-			TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
-			ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: de.nqn,
-			TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,
-		}
-		e.Marshal(b[off:])
-		off += nvme.DiscoveryLogEntrySize
+	const rec = nvme.DiscoveryLogEntrySize // = DiscoveryLogHeaderSize
+	size = uint64(nvme.DiscoveryLogHeaderSize + len(entries)*rec)
+	if off >= size || n == 0 {
+		return nil, size
 	}
-	return b
+	end := min(off+n, size)
+	first, last := off/rec, (end-1)/rec // records, 0 = the header
+	b := make([]byte, (last-first+1)*rec)
+	for i := first; i <= last; i++ {
+		dst := b[(i-first)*rec:]
+		if i == 0 {
+			nvme.EncodeDiscoveryLogHeader(dst, t.genctr.Load(), uint64(len(entries)))
+			continue
+		}
+		e := discoveryLogEntry(entries[i-1])
+		e.Marshal(dst)
+	}
+	return b[off-first*rec : end-first*rec], size
+}
+
+// discoveryLogEntry is the log entry of de.
+func discoveryLogEntry(de discoveryEntry) nvme.DiscoveryLogEntry {
+	p := de.port
+	return nvme.DiscoveryLogEntry{
+		TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
+		// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2, and a
+		// kernel without NVMe/TCP TLS (Debian 12's) then fails the connect.
+		TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
+		ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: de.nqn,
+		TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,
+	}
 }

@@ -40,7 +40,7 @@
 //	                                                expiry, reset, removal)
 //
 // Controller life (one per admin Connect, CNTLID from [CNTLIDMin,
-// CNTLIDMax], unique on this node):
+// CNTLIDMax], unique within its subsystem on this node):
 //
 //	Connect(QID 0) ─▶ CC.EN=0 ─(Property Set CC.EN=1)─▶ CSTS.RDY=1
 //	      ─▶ Identify, Set Features, I/O Connects (QID 1..granted), I/O

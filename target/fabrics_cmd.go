@@ -122,16 +122,16 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 		connectError(r, nvme.StatusConnectInvalidHost, true, nvme.ConnectDataHostNQN)
 		return
 	}
-	id, ok := t.allocCNTLIDLocked()
+	id, ok := t.allocCNTLIDLocked(s)
 	if !ok {
 		t.mu.Unlock()
-		t.log.Warn("controller IDs exhausted", "min", t.cfg.CNTLIDMin, "max", t.cfg.CNTLIDMax)
+		t.log.Warn("controller IDs exhausted", "subnqn", d.SubNQN, "min", t.cfg.CNTLIDMin, "max", t.cfg.CNTLIDMax)
 		sq.complete(r, nvme.StatusConnectControllerBusy)
 		return
 	}
 	c := newController(t, s, sq.port, id, d, cmd.KATO)
 	c.mu.queues[0] = sq
-	t.mu.ctrls[id] = c
+	t.mu.ctrls[ctrlKey{s, id}] = c
 	t.ctrlWG.Add(1)
 	t.mu.Unlock()
 
@@ -156,7 +156,7 @@ func (t *Target) connectIO(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectData)
 	s := t.subsystemLocked(d.SubNQN)
 	var c *Controller
 	if s != nil {
-		c = t.mu.ctrls[d.CNTLID]
+		c = t.mu.ctrls[ctrlKey{s, d.CNTLID}]
 	}
 	allowed := s != nil && s.hostAllowedLocked(d.HostNQN)
 	t.mu.Unlock()

@@ -44,7 +44,16 @@ func executeGetLogPage(r *Request) {
 	var event uint32
 	switch {
 	case c.discovery && lid == nvme.LogDiscovery:
-		log, event = c.t.discoveryLog(c.hostNQN), nvme.AECDiscoveryChange
+		// Built from the offset on: log holds bytes [off, ...).
+		part, size := c.t.discoveryLogPart(c.hostNQN, off, uint64(r.TransferLen))
+		if off > size {
+			r.sq.complete(r, r.fail(nvme.StatusInvalidField, logOffsetLPO))
+			return
+		}
+		log, event, off = part, nvme.AECDiscoveryChange, 0
+		if log == nil {
+			log = []byte{} // off = size: an empty part, not an unknown log
+		}
 	case c.discovery:
 	case lid == nvme.LogError:
 		log = c.errorLog()

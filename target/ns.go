@@ -155,8 +155,8 @@ func (s *Subsystem) newNamespace(cfg NamespaceConfig, tab *nsTable) (*Namespace,
 	if grp == 0 {
 		grp = cfg.NSID
 	}
-	if grp > nn {
-		return nil, fmt.Errorf("%w: namespace %d: ANA group %d above ANAGRPMAX %d", ErrInvalidConfig, cfg.NSID, grp, nn)
+	if grp > s.t.cfg.MaxANAGroupID {
+		return nil, fmt.Errorf("%w: namespace %d: ANA group %d above ANAGRPMAX %d", ErrInvalidConfig, cfg.NSID, grp, s.t.cfg.MaxANAGroupID)
 	}
 	ns := &Namespace{
 		subsys: s, nsid: cfg.NSID, be: cfg.Backend, nguid: cfg.NGUID, uuid: cfg.UUID,

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,12 @@ const (
 	DefaultMaxIOQueues       = 32
 	DefaultMQES              = 127 // 0's based: 128 entries
 	DefaultMaxNamespaces     = 128
-	DefaultKeepAliveGrace    = time.Second
-	DefaultDiscoveryKATO     = 120 * time.Second
+	// DefaultMaxANAGroupID is ANAGRPMAX: a cluster gives each volume (one
+	// subsystem) an ANA group ID unique in the cluster, so IDs range far
+	// above the namespaces of one subsystem.
+	DefaultMaxANAGroupID  = 0xFFFF
+	DefaultKeepAliveGrace = time.Second
+	DefaultDiscoveryKATO  = 120 * time.Second
 	// AdminQueueDepth is the largest admin queue (SQSIZE 31, as Linux sends).
 	AdminQueueDepth = 32
 	// AdminMaxTransfer is the data buffer of admin commands and of Fabrics
@@ -53,6 +58,9 @@ const (
 	// maxNamespacesLimit keeps the full ANA log (16 + 36 bytes per
 	// namespace with one group each) within AdminMaxTransfer.
 	maxNamespacesLimit = (AdminMaxTransfer - nvme.ANALogHeaderSize) / (nvme.ANAGroupHeaderSize + 4)
+	// maxANAGroupIDLimit bounds ANAGRPMAX (the per-port state table keeps
+	// a chunk pointer per anaChunkSize IDs).
+	maxANAGroupIDLimit = 1 << 20
 )
 
 // Config configures a Target. Zero fields take the defaults above; all
@@ -78,10 +86,16 @@ type Config struct {
 	MQES uint16
 	// Serial, Model and Firmware are the defaults for Identify SN, MN, FR.
 	Serial, Model, Firmware string
-	// MaxNamespaces is NN, MNAN, ANAGRPMAX and NANAGRPID: NSIDs and ANA
-	// group IDs are 1..MaxNamespaces. At most 227, so that the ANA log fits
-	// one 8 KiB admin transfer.
+	// MaxNamespaces is NN, MNAN and NANAGRPID: NSIDs are 1..MaxNamespaces,
+	// and a subsystem has at most that many ANA groups. At most 227, so
+	// that the ANA log the Linux host reads (16 + 32 × NANAGRPID + 4 ×
+	// MNAN bytes) fits one 8 KiB admin transfer.
 	MaxNamespaces uint32
+	// MaxANAGroupID is ANAGRPMAX: ANA group IDs are 1..MaxANAGroupID,
+	// at least MaxNamespaces (the default group of a namespace is its
+	// NSID), at most 2^20. The IDs need not be dense: a cluster gives every
+	// volume its own. Default DefaultMaxANAGroupID.
+	MaxANAGroupID uint32
 	// KeepAliveGrace is added to the host's KATO before a controller is
 	// torn down for lack of Keep Alive commands.
 	KeepAliveGrace time.Duration
@@ -127,6 +141,9 @@ func (c *Config) EnsureDefaults() {
 	if c.MaxNamespaces == 0 {
 		c.MaxNamespaces = DefaultMaxNamespaces
 	}
+	if c.MaxANAGroupID == 0 {
+		c.MaxANAGroupID = max(DefaultMaxANAGroupID, c.MaxNamespaces)
+	}
 	if c.KeepAliveGrace == 0 {
 		c.KeepAliveGrace = DefaultKeepAliveGrace
 	}
@@ -161,6 +178,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxNamespaces < 1 || c.MaxNamespaces > maxNamespacesLimit {
 		bad("MaxNamespaces %d not in 1..%d", c.MaxNamespaces, maxNamespacesLimit)
+	}
+	if c.MaxANAGroupID < c.MaxNamespaces || c.MaxANAGroupID > maxANAGroupIDLimit {
+		bad("MaxANAGroupID %d not in MaxNamespaces (%d)..%d", c.MaxANAGroupID, c.MaxNamespaces, maxANAGroupIDLimit)
 	}
 	for _, f := range []struct {
 		name, v string
@@ -218,7 +238,7 @@ type Target struct {
 		// normalized (SetRemoteSubsystems).
 		remote     []RemoteSubsystem
 		ana        map[uint16]*anaPort // by port ID
-		ctrls      map[uint16]*Controller
+		ctrls      map[ctrlKey]*Controller
 		sqs        map[*SQ]struct{} // queues not yet released
 		nextCNTLID uint16
 		// retired accumulates the counters of released queues.
@@ -250,7 +270,7 @@ func New(cfg Config) (*Target, error) {
 	t.mu.subsystems = make(map[string]*Subsystem)
 	t.mu.ports = make(map[uint16]*Port)
 	t.mu.ana = make(map[uint16]*anaPort)
-	t.mu.ctrls = make(map[uint16]*Controller)
+	t.mu.ctrls = make(map[ctrlKey]*Controller)
 	t.mu.sqs = make(map[*SQ]struct{})
 	t.mu.nextCNTLID = cfg.CNTLIDMin
 	t.discovery = newSubsystem(t, SubsystemConfig{NQN: nvme.DiscoveryNQN, AllowAnyHost: true}, true)
@@ -347,10 +367,19 @@ func (t *Target) RemovePort(id uint16) error {
 	return nil
 }
 
-// allocCNTLIDLocked returns a free controller ID from the configured range,
-// continuing after the last one handed out so that IDs are not reused at
-// once; ok is false when the range is exhausted.
-func (t *Target) allocCNTLIDLocked() (uint16, bool) {
+// ctrlKey names a controller: CNTLIDs are unique within a subsystem (NVMe
+// Base 2.0 §3.1.1; the Linux host rejects a second controller of a
+// subsystem with a CNTLID it already has), not across subsystems, so every
+// subsystem has the whole [CNTLIDMin, CNTLIDMax] range on this node.
+type ctrlKey struct {
+	subsys *Subsystem
+	id     uint16
+}
+
+// allocCNTLIDLocked returns a controller ID of the configured range that no
+// controller of s has, trying from the one after the last handed out (by
+// any subsystem), or false when s has used the whole range.
+func (t *Target) allocCNTLIDLocked(s *Subsystem) (uint16, bool) {
 	lo, hi := t.cfg.CNTLIDMin, t.cfg.CNTLIDMax
 	n := int(hi-lo) + 1
 	id := t.mu.nextCNTLID
@@ -358,7 +387,7 @@ func (t *Target) allocCNTLIDLocked() (uint16, bool) {
 		if id < lo || id > hi {
 			id = lo
 		}
-		if _, used := t.mu.ctrls[id]; !used {
+		if _, used := t.mu.ctrls[ctrlKey{s, id}]; !used {
 			t.mu.nextCNTLID = id + 1
 			return id, true
 		}
@@ -388,7 +417,7 @@ func (t *Target) Close() error {
 }
 
 // controllersLocked returns the controllers for which keep returns true
-// (all when keep is nil), in CNTLID order.
+// (all when keep is nil), in CNTLID order, then subsystem NQN order.
 func (t *Target) controllersLocked(keep func(*Controller) bool) []*Controller {
 	var out []*Controller
 	for _, c := range t.mu.ctrls {
@@ -396,7 +425,9 @@ func (t *Target) controllersLocked(keep func(*Controller) bool) []*Controller {
 			out = append(out, c)
 		}
 	}
-	slices.SortFunc(out, func(a, b *Controller) int { return int(a.cntlid) - int(b.cntlid) })
+	slices.SortFunc(out, func(a, b *Controller) int {
+		return cmp.Or(cmp.Compare(a.cntlid, b.cntlid), strings.Compare(a.subsys.nqn, b.subsys.nqn))
+	})
 	return out
 }
 
