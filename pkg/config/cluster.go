@@ -22,7 +22,7 @@ import (
 //	advertise = "10.0.2.2:4420"        # default: this node's peer nvme address
 //
 //	[cluster]
-//	node_id = 1                        # 1..14; also the NVMe port ID
+//	node_id = 1                        # 1..64; also the NVMe port ID
 //	raft_listen = "0.0.0.0:9520"       # default: this node's peer raft address
 //	api_listen = "127.0.0.1:9420"      # HTTP API and /metrics; default: peer api
 //	bootstrap = true                   # first start of an empty node: form the cluster
@@ -56,9 +56,9 @@ import (
 //	path = "/dev/shm/basalt-node1.raft"   # default: <data_dir>/raft.log
 //	size = "256MiB"
 
-// MaxNodeID is the largest node ID: node k hands out controller IDs
-// k*0x1000+1 .. k*0x1000+0xFFF, which must stay below 0xFFF0.
-const MaxNodeID = 14
+// MaxNodeID is the largest node ID. Node IDs select controller ID ranges
+// (CNTLIDRange): 64 slots of 0x3FF IDs below 0xFFF0.
+const MaxNodeID = 64
 
 // Cluster makes a node a member of a cluster.
 type Cluster struct {
@@ -142,6 +142,9 @@ type Store struct {
 	// summed over the drives, so that it does not starve host I/O.
 	// Unset: DefaultScrubRate.
 	ScrubRate *Size `toml:"scrub_rate"`
+	// RebuildRate bounds the background rebuild's drive I/O after a drive
+	// loss, in bytes per second. 0: DefaultRebuildRate.
+	RebuildRate Size `toml:"rebuild_rate"`
 }
 
 // RaftLog is the persistent-memory region holding the node's Raft logs.
@@ -188,9 +191,40 @@ func (c *Cluster) Self() Peer {
 	return Peer{}
 }
 
-// CNTLIDRange returns the controller IDs node id hands out.
+// CNTLID slots: the controller ID space below 0xFFF0 is cut into 64 slots
+// of cntlidSlotSize IDs; slot s is s*cntlidSlotSize+1 ..
+// s*cntlidSlotSize+cntlidSlotSize-1 (the last one ends at 0xFFEF). A
+// controller ID need only be unique within its subsystem (the target
+// allocates per subsystem), so 1023 IDs are 1023 controllers of one
+// volume on one node.
+const (
+	cntlidSlotSize = 0x400
+	cntlidMax      = 0xFFEF
+)
+
+// CNTLIDRange returns the controller IDs node id (1..MaxNodeID) hands out:
+// disjoint for distinct IDs. Nodes 1..15 take slot 4*id, the first 0x3FF
+// IDs of the range id*0x1000+1 .. id*0x1000+0xFFF that nodes 1..14 used
+// before node IDs went past 14, so a rolling upgrade of such a cluster
+// never gives two nodes overlapping ranges. Node 16 takes slot 0 (IDs
+// 1..0x3FF, which no node used), and nodes 17..64 the other 48 slots, in
+// order; these lie inside the old ranges of nodes 1..14, so add a node
+// with an ID above 16 only once every node runs a version with this
+// scheme.
 func CNTLIDRange(id uint64) (lo, hi uint16) {
-	return uint16(id*0x1000 + 1), uint16(id*0x1000 + 0xFFF)
+	var slot uint64
+	switch {
+	case id <= 15:
+		slot = 4 * id
+	case id == 16:
+		slot = 0
+	default:
+		i := id - 17
+		slot = 4*(i/3) + i%3 + 1
+	}
+	lo = uint16(slot*cntlidSlotSize + 1)
+	hi = uint16(min(slot*cntlidSlotSize+cntlidSlotSize-1, cntlidMax))
+	return lo, hi
 }
 
 func (c *Config) clusterDefaults() {
@@ -212,7 +246,7 @@ func (c *Config) clusterDefaults() {
 	if c.NVMe.PortID == 0 {
 		c.NVMe.PortID = uint16(cl.NodeID)
 	}
-	if c.NVMe.CNTLIDMin == 0 && c.NVMe.CNTLIDMax == 0 && cl.NodeID <= MaxNodeID {
+	if c.NVMe.CNTLIDMin == 0 && c.NVMe.CNTLIDMax == 0 && cl.NodeID >= 1 && cl.NodeID <= MaxNodeID {
 		c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax = CNTLIDRange(cl.NodeID)
 	}
 	cl.RaftListen = cmp.Or(cl.RaftListen, self.Raft)

@@ -98,7 +98,7 @@ type NVMe struct {
 	DiscoveryListen string `toml:"discovery_listen"`
 	// CNTLIDMin and CNTLIDMax bound the controller IDs this node hands out;
 	// nodes of one cluster use disjoint ranges. Default 1..0xFFEF; in a
-	// cluster node_id*0x1000+1 .. node_id*0x1000+0xFFF.
+	// cluster the node's slot of 0x3FF IDs (CNTLIDRange).
 	CNTLIDMin uint16 `toml:"cntlid_min"`
 	CNTLIDMax uint16 `toml:"cntlid_max"`
 	// NVMeLimits bound what hosts can make this node hold (nvme.go:

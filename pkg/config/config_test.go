@@ -118,8 +118,8 @@ func TestClusterDefaults(t *testing.T) {
 	if c.Node.Name != "beta" || c.NVMe.Listen != "10.0.0.2:4420" || c.NVMe.Advertise != "10.0.0.2:4420" {
 		t.Errorf("node %+v nvme %+v", c.Node, c.NVMe)
 	}
-	if c.NVMe.PortID != 2 || c.NVMe.CNTLIDMin != 0x2001 || c.NVMe.CNTLIDMax != 0x2FFF {
-		t.Errorf("port %d cntlid %#x..%#x, want 2 and 0x2001..0x2FFF", c.NVMe.PortID, c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax)
+	if c.NVMe.PortID != 2 || c.NVMe.CNTLIDMin != 0x2001 || c.NVMe.CNTLIDMax != 0x23FF {
+		t.Errorf("port %d cntlid %#x..%#x, want 2 and 0x2001..0x23FF", c.NVMe.PortID, c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax)
 	}
 	if cl.RaftListen != "10.0.0.2:9520" || cl.APIListen != "10.0.0.2:9420" || cl.BootstrapEnabled() {
 		t.Errorf("cluster %+v", cl)
@@ -162,7 +162,8 @@ func TestClusterValidation(t *testing.T) {
 		want       []string
 	}{
 		{"no data dir", `s/data_dir = .*//`, []string{"data_dir is required"}},
-		{"node id out of range", `s/node_id = 2/node_id = 15/`, []string{"node_id 15", "no entry for this node"}},
+		{"node id out of range", `s/node_id = 2/node_id = 65/`, []string{"node_id 65: want 1..64", "no entry for this node"}},
+		{"peer id out of range", `s/id = 1/id = 65/`, []string{"(id 65): want a unique id 1..64"}},
 		{"self missing", `s/node_id = 2/node_id = 3/`, []string{"no entry for this node (id 3)"}},
 		{"duplicate peer", `s/id = 1/id = 2/`, []string{"unique id"}},
 		{"wildcard peer", `s/nvme = "10.0.0.1:4420"/nvme = "0.0.0.0:4420"/`, []string{"not a wildcard"}},
