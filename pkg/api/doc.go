@@ -19,6 +19,9 @@
 //	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left)
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
 //	                                               node and its scrub schedule
+//	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild
+//	POST    /v1/drives/{slot}/fail                 DrivesView; the drive is taken out, rebuilt around
+//	POST    /v1/drives/{slot}/replace              202 DrivesView; body {"path"}; rebuild starts
 //	POST    /v1/internal/commands                  cluster.Result; nodes forward changes here
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //

@@ -26,6 +26,8 @@ type Config struct {
 	// Scrub returns this node's scrub schedule; nil (or a nil func): the
 	// node has none (no store).
 	Scrub func() *ScrubView
+	// Drives manages this node's drives (drives.go); nil: it has none.
+	Drives DriveManager
 	// Client reaches the other nodes (the local status of each); default
 	// NewClient with short timeouts.
 	Client *Client
@@ -69,6 +71,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/volumes/{name}/hosts/{nqn}", map[string]handler{"POST": s.addHost, "DELETE": s.removeHost})
 	s.route("/v1/local", map[string]handler{"GET": s.getLocal})
 	s.route("/v1/internal/commands", map[string]handler{"POST": s.postCommand})
+	s.driveRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Metrics == nil {
 			writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "metrics are not enabled on this node"})

@@ -25,6 +25,19 @@ func (s *Store) Scrub() (interval time.Duration, bytesPerSecond int64) {
 	return interval, bytesPerSecond
 }
 
+// DefaultRebuildRate is the background rebuild's default bound, in bytes
+// per second of drive I/O.
+const DefaultRebuildRate = 200 << 20
+
+// RebuildBytesPerSecond returns rebuild_rate, or DefaultRebuildRate when
+// it is unset.
+func (s *Store) RebuildBytesPerSecond() int64 {
+	if s.RebuildRate > 0 {
+		return int64(s.RebuildRate)
+	}
+	return DefaultRebuildRate
+}
+
 func (s *Store) storeDefaults() {
 	interval, rate := s.Scrub()
 	if s.ScrubInterval == nil {
@@ -48,6 +61,9 @@ func (s *Store) validate() []error {
 	if rate <= 0 {
 		errs = append(errs, fmt.Errorf("store.scrub_rate %d: want a positive rate in bytes per second like \"64MiB\" "+
 			"(to turn the scrub off, set scrub_interval = \"0\")", rate))
+	}
+	if s.RebuildRate < 0 {
+		errs = append(errs, fmt.Errorf("store.rebuild_rate %d: want a positive rate in bytes per second like \"200MiB\"", s.RebuildRate))
 	}
 	if interval > 0 && rate > 0 && s.DriveSize > 0 {
 		total := int64(s.DriveSize) * int64(len(s.Drives))

@@ -87,6 +87,9 @@ type DriveInfo struct {
 	// Evacuated is set when a failed drive's segments have all been
 	// re-striped onto the survivors: nothing depends on the slot any more.
 	Evacuated bool `json:"evacuated,omitempty"`
+	// RebuiltSegments, while the drive is rebuilding, is how far the
+	// rebuild has come: every segment below this ID holds its chunks on it.
+	RebuiltSegments uint32 `json:"rebuilt_segments,omitempty"`
 }
 
 // VolumeInfo describes a volume. A deleted volume keeps its record, marked

@@ -42,6 +42,8 @@ type StoreSample struct {
 	Drives                                  []DriveSample
 	// Scrub is the store's scrub schedule; nil: none.
 	Scrub *ScrubSample
+	// Rebuild is the store's rebuild progress (rebuild.go); nil: none.
+	Rebuild *RebuildSample
 }
 
 // ScrubSample is the store's scrub schedule (store.ScrubStatus). The
@@ -176,6 +178,7 @@ func (e emitter) store(s StoreSample) {
 	if s.Scrub != nil {
 		e.scrub(*s.Scrub)
 	}
+	e.drivesAndRebuild(s)
 	for _, d := range s.Drives {
 		id := strconv.Itoa(d.Index)
 		e.gauge("basalt_drive_up", "1 if the drive is healthy; the state label says what it is.", b2f(d.State == "healthy"), "drive", id, "state", d.State)

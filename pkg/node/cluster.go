@@ -130,9 +130,9 @@ func (cp *clusterParts) openMetaAndDrives(cfg *config.Config, log *slog.Logger) 
 	cp.db = db
 	if sc := cfg.Store; sc != nil {
 		for _, p := range sc.Drives {
-			d, err := disk.OpenFile(p, int64(sc.DriveSize))
+			d, err := openDrive(db, p, int64(sc.DriveSize), log) // drives.go: a lost drive opens degraded
 			if err != nil {
-				return fmt.Errorf("node: drive %s: %w", p, err)
+				return err
 			}
 			cp.drives = append(cp.drives, d)
 		}
@@ -176,6 +176,9 @@ func (cp *clusterParts) openStore(cfg *config.Config, log *slog.Logger, stamp id
 	opts.Drives, cp.drives = cp.drives, nil
 	if cp.store, err = store.Open(opts); err != nil { // closes drives and region on error
 		return fmt.Errorf("node: store: %w", err)
+	}
+	if err := startRebuilder(cp.store, sc); err != nil {
+		return err
 	}
 	return cp.startScrubber(cfg, log.With("part", "scrub"))
 }
@@ -272,6 +275,9 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 	acfg := api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api")}
 	if cp.scrub != nil {
 		acfg.Scrub = func() *api.ScrubView { return scrubView(cp.scrub) }
+	}
+	if cp.store != nil {
+		acfg.Drives = newNodeDrives(cp.store, cfg.Store, cp.log.With("part", "drives"))
 	}
 	h := api.NewServer(acfg)
 	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

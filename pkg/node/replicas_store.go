@@ -28,6 +28,7 @@ func storeSample(st *store.Store, sc *store.Scrubber) func() metrics.StoreSample
 		if sc != nil {
 			out.Scrub = scrubSample(sc)
 		}
+		out.Rebuild = rebuildSample(st)
 		for _, d := range s.Drives {
 			out.Drives = append(out.Drives, metrics.DriveSample{Index: d.Index, State: d.State, Reads: d.Reads,
 				Writes: d.Writes, Errors: d.Errors})

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -35,7 +36,8 @@ func (d *driveSlot) healthy() bool             { return d.getState() == meta.Dri
 
 // mountDrives matches every drive with its slot's record. A drive whose
 // superblock is missing, unreadable or another drive's is marked failed: the
-// store opens degraded, and the slot can be given a replacement.
+// store opens degraded, and the slot can be given a replacement. It refuses
+// (ErrTooManyLost) when more drives are lost than the parity covers.
 func (s *Store) mountDrives() error {
 	infos, err := s.meta.Drives()
 	if err != nil {
@@ -57,21 +59,46 @@ func (s *Store) mountDrives() error {
 	}
 	// Every slot exists before the first failure is recorded:
 	// setDriveState counts them all.
+	var lost []string
+	bad := map[int]error{}
 	for i, slot := range s.drives {
 		info := slot.mu.info
-		if info.State == meta.DriveFailed {
+		switch {
+		case info.State == meta.DriveFailed && info.Evacuated:
+		case info.State == meta.DriveFailed:
+			lost = append(lost, fmt.Sprintf("drive %d: failed before", i))
+		default:
+			// A replacement being rebuilt is not counted: what it holds
+			// already serves once it is rebuilt, and what it lacks reads
+			// as a media error, never as wrong data.
+			if err := s.checkSuperblock(slot, info); err != nil {
+				bad[i] = err
+				lost = append(lost, fmt.Sprintf("drive %d: %v", i, err))
+			}
+		}
+	}
+	if len(lost) > s.node.Parity {
+		return fmt.Errorf("%w: %d drives are lost and the stripes have %d parity chunks, so data would be missing: %s",
+			ErrTooManyLost, len(lost), s.node.Parity, strings.Join(lost, "; "))
+	}
+	for i, slot := range s.drives {
+		err, ok := bad[i]
+		if !ok {
 			continue
 		}
-		if err := s.checkSuperblock(slot, info); err != nil {
-			s.log.Error("drive does not match its slot; opening degraded", "drive", i, "err", err)
-			if err := s.setDriveState(slot, meta.DriveFailed); err != nil {
-				return err
-			}
+		s.log.Error("drive missing or not this slot's: the store opens degraded, serving its data from parity "+
+			"until a rebuild re-protects it", "drive", i, "uuid", disk.UUID(slot.mu.info.UUID), "reason", err)
+		if err := s.setDriveState(slot, meta.DriveFailed); err != nil {
+			return err
 		}
 	}
 	s.refreshCapacity()
 	return nil
 }
+
+// ErrTooManyLost: Open found more drives missing or failed (and not
+// evacuated) than the stripes' parity covers.
+var ErrTooManyLost = errors.New("store: more drives lost than parity covers")
 
 func (s *Store) checkSuperblock(slot *driveSlot, info meta.DriveInfo) error {
 	sb, err := disk.ReadSuperblock(slot.drive())
@@ -92,6 +119,9 @@ func (s *Store) setDriveState(slot *driveSlot, state meta.DriveState) error {
 	slot.mu.Lock()
 	defer slot.mu.Unlock()
 	info := slot.mu.info
+	if state != info.State {
+		info.RebuiltSegments = 0
+	}
 	info.State = state
 	if state != meta.DriveFailed {
 		info.Evacuated = false
@@ -121,6 +151,7 @@ func (s *Store) failDrive(index int, cause error) {
 		s.log.Error("could not record the drive failure", "drive", index, "err", err)
 	}
 	s.wake()
+	s.kickRebuild()
 }
 
 // readDrive reads p at off from drive index, which must be healthy.

@@ -39,9 +39,11 @@ func (s *Store) ReplaceDrive(index int, d disk.Drive) error {
 	if slot.getState() != meta.DriveFailed {
 		return fmt.Errorf("%w: drive %d is %v, not failed", ErrDriveState, index, slot.getState())
 	}
-	if d.Size() < s.drives[index].drive().Size() {
-		return fmt.Errorf("%w: replacement of %d bytes for a drive of %d", ErrDriveState, d.Size(),
-			slot.drive().Size())
+	slot.mu.Lock()
+	need := slot.mu.info.Size
+	slot.mu.Unlock()
+	if d.Size() < need {
+		return fmt.Errorf("%w: replacement of %d bytes for a drive of %d", ErrDriveState, d.Size(), need)
 	}
 	sb := disk.Superblock{DriveUUID: disk.NewUUID(), NodeUUID: disk.UUID(s.node.NodeUUID),
 		DriveIndex: disk.DriveIndex(index)}
@@ -57,6 +59,7 @@ func (s *Store) ReplaceDrive(index int, d disk.Drive) error {
 		return err
 	}
 	s.log.Info("drive replaced; rebuild pending", "drive", index, "uuid", sb.DriveUUID)
+	s.kickRebuild()
 	return nil
 }
 
@@ -71,47 +74,15 @@ func (s *Store) ReplaceDrive(index int, d disk.Drive) error {
 //     the survivors (narrower, with full parity), and the slot is marked
 //     evacuated.
 //
-// Writes go on meanwhile. It returns an error wrapping backend.ErrMedia if
-// some data could not be reconstructed (more drives lost than parity); a
-// replacement drive then stays rebuilding.
+// Writes go on meanwhile. What a pass finishes stays done: a later pass
+// (after a restart too) skips the segments already rebuilt onto a
+// replacement (meta.DriveInfo.RebuiltSegments) and those already emptied.
+// It returns an error wrapping backend.ErrMedia if some data could not be
+// reconstructed (more drives lost than parity); a replacement drive then
+// stays rebuilding. Rebuild is not paced; the background rebuild
+// (StartRebuilder) is. Passes run one at a time.
 func (s *Store) Rebuild(ctx context.Context, progress func(done, total int)) error {
-	if err := s.usable(); err != nil {
-		return err
-	}
-	var rebuilding, failed []int
-	for i, d := range s.drives {
-		switch d.getState() {
-		case meta.DriveRebuilding:
-			rebuilding = append(rebuilding, i)
-		case meta.DriveFailed:
-			failed = append(failed, i)
-		}
-	}
-	var work []*segment
-	for _, g := range s.segs {
-		if geom := g.geom.Load(); geom != nil && (usesAny(geom, rebuilding) || usesAny(geom, failed)) {
-			work = append(work, g)
-		}
-	}
-	var lost []error
-	for i, g := range work {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := s.rebuildSegment(ctx, g, rebuilding, failed)
-		if errors.Is(err, backend.ErrMedia) {
-			lost = append(lost, err)
-		} else if err != nil {
-			return err
-		}
-		if progress != nil {
-			progress(i+1, len(work))
-		}
-	}
-	if err := errors.Join(lost...); err != nil {
-		return err
-	}
-	return s.finishRebuild(rebuilding, failed)
+	return s.rebuild(ctx, nil, progress)
 }
 
 func usesAny(geom *segGeom, drives []int) bool {
@@ -123,27 +94,44 @@ func usesAny(geom *segGeom, drives []int) bool {
 	return false
 }
 
-// rebuildSegment re-stripes g if it uses a failed slot, else rebuilds its
-// columns on the replacement drives.
-func (s *Store) rebuildSegment(ctx context.Context, g *segment, rebuilding, failed []int) error {
-	geom := g.geom.Load()
-	if geom == nil {
-		return nil
+// evacuateSegment re-stripes g, which uses a failed slot, onto the
+// survivors after pacing the I/O it costs; it returns that cost.
+func (s *Store) evacuateSegment(ctx context.Context, g *segment, geom *segGeom, pace pacerFunc) (int64, error) {
+	n := s.evacuateBytes(g, geom)
+	if err := pace(ctx, n); err != nil {
+		return 0, err
 	}
-	if usesAny(geom, failed) {
-		return s.call(ctx, command{kind: cmdEvacuate, seg: g.id})
+	if err := s.call(ctx, command{kind: cmdEvacuate, seg: g.id}); err != nil {
+		return 0, err
 	}
+	s.reb.progress.add(n)
+	return n, nil
+}
+
+// rebuildColumns rebuilds g's chunks onto the replacement drives targets,
+// stripe by stripe (each paced), and syncs them.
+func (s *Store) rebuildColumns(ctx context.Context, g *segment, geom *segGeom, targets []int, pace pacerFunc) error {
 	if !s.pin(g.id, geom.gen) {
 		return nil // freed meanwhile
 	}
 	defer s.unpin(g.id)
+	per := int64(geom.shape.width()+len(targets)) * int64(s.lay.chunkSize)
 	var sum summary
 	for j := range int(g.written.Load()) {
+		if err := pace(ctx, per); err != nil {
+			return err
+		}
 		if err := s.readSummary(g.id, geom, j, &sum); err != nil {
 			return err
 		}
-		if err := s.rebuildStripe(g.id, geom, j, &sum, rebuilding); err != nil {
+		if err := s.rebuildStripe(g.id, geom, j, &sum, targets); err != nil {
 			return err
+		}
+		s.reb.progress.add(per)
+	}
+	for _, d := range targets {
+		if err := s.syncDrive(d, true /* rebuilding */); err != nil {
+			return fmt.Errorf("store: while syncing rebuilt drive %d: %w", d, err)
 		}
 	}
 	return nil

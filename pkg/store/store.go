@@ -90,6 +90,7 @@ type Store struct {
 	bufs       sync.Pool // *[]byte: chunk-sized aligned buffers
 	rowBufs    sync.Pool // *rowScratch
 	counters   counters
+	reb        rebuildState // rebuild_run.go
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -181,6 +182,7 @@ func (s *Store) abandon() {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.stopRebuilder()
 		var errs []error
 		if s.w != nil {
 			errs = append(errs, s.w.shutdown())
