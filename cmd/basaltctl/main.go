@@ -6,6 +6,7 @@
 //	basaltctl volume create NAME --size 4GiB [--rf 3] [--host NQN ...]
 //	basaltctl volume list | show NAME [--via HOST] | delete NAME | resize NAME --size SIZE
 //	basaltctl host add VOLUME NQN | host remove VOLUME NQN
+//	basaltctl drive list | fail SLOT | replace SLOT PATH [--wait]   (the --api node's drives)
 //
 // --api defaults to $BASALT_API, else http://127.0.0.1:9420. Errors go to
 // stderr with what to do about them; the exit status is 1 for an error
@@ -96,7 +97,7 @@ func newRoot(o *options) *cobra.Command {
 	pf.StringVar(&o.api, "api", def, "API of any node of the cluster (env BASALT_API)")
 	pf.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the cluster")
-	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), hostCmd(o))
+	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), hostCmd(o), driveCmd(o))
 	return root
 }
 
