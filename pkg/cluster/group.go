@@ -24,6 +24,12 @@ type Group interface {
 	Watch() <-chan NodeID
 	// Status describes the group for status pages and metrics.
 	Status() GroupStatus
+	// TransferLeadership asks this node, if it leads the group, to hand
+	// the leadership to node to. It returns at once and does nothing on a
+	// follower; Watch tells when the leadership moved. While a transfer
+	// is pending the leader accepts no proposals (they wait or fail as
+	// during an election), and it gives up after an election timeout.
+	TransferLeadership(to NodeID)
 }
 
 // GroupStatus is a Raft group's state as this node sees it.
@@ -38,6 +44,10 @@ type GroupStatus struct {
 	// Progress is the leader's view of each member's match index (empty
 	// on followers).
 	Progress map[NodeID]uint64 `json:"progress,omitempty"`
+	// RecentActive is the leader's view of which members answered within
+	// the last election timeout (empty on followers). Progress and
+	// RecentActive are sampled once per Raft tick, LastIndex more often.
+	RecentActive map[NodeID]bool `json:"recent_active,omitempty"`
 	// CommitLatency is a moving average, in seconds, of proposals made
 	// here from Propose to applied.
 	CommitLatency float64 `json:"commit_latency"`

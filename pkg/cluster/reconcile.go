@@ -30,6 +30,7 @@ type reconciler struct {
 	vols    map[GroupID]*localVolume
 	wg      sync.WaitGroup // ANA watchers, size reports and teardowns
 	kick    chan struct{}  // capacity 1: a teardown finished; reconcile again
+	bal     balancer       // leader balance (balance.go)
 
 	mu struct {
 		sync.Mutex
@@ -138,6 +139,7 @@ func (r *reconciler) reconcile(ctx context.Context) {
 	if r.isFresh && !r.beingRemoved("") {
 		r.deleteOrphans(s)
 	}
+	r.balance(s)
 }
 
 // teardownAsync takes a deleted volume down in the background, its data

@@ -121,6 +121,12 @@ func (rg raftGroup) Watch() <-chan cluster.NodeID {
 	return out
 }
 
+// TransferLeadership asks the group, on its leader, to hand the
+// leadership to node to.
+func (rg raftGroup) TransferLeadership(to cluster.NodeID) {
+	rg.g.TransferLeadership(replication.NodeID(to))
+}
+
 func (rg raftGroup) Status() cluster.GroupStatus {
 	s := rg.g.Status()
 	st := cluster.GroupStatus{
@@ -132,9 +138,11 @@ func (rg raftGroup) Status() cluster.GroupStatus {
 	}
 	st.Failed = rg.g.Fenced()
 	if len(s.Peers) > 0 {
-		st.Progress = map[cluster.NodeID]uint64{}
+		st.Progress = make(map[cluster.NodeID]uint64, len(s.Peers))
+		st.RecentActive = make(map[cluster.NodeID]bool, len(s.Peers))
 		for _, p := range s.Peers {
 			st.Progress[cluster.NodeID(p.Node)] = p.Match
+			st.RecentActive[cluster.NodeID(p.Node)] = p.RecentActive
 		}
 	}
 	return st

@@ -24,6 +24,10 @@ type Net struct {
 	// lose is the number of coming proposals that commit but report a
 	// lost leader (their outcome unknown to the proposer).
 	lose int
+	// progress: volume leaders report their members caught up
+	// (ReportProgress); transfers counts the leadership transfers.
+	progress  bool
+	transfers int
 }
 
 // group is one fake Raft group, shared by its members.
@@ -107,6 +111,23 @@ func (n *Net) LoseNextProposals(k int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.lose = k
+}
+
+// ReportProgress makes the leader of each volume group report, in its
+// Status, every member that has the group open as recently active and
+// caught up (on: what a healthy Raft group shows), or report no progress
+// at all (off, the default: the leader balance then never transfers).
+func (n *Net) ReportProgress(on bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.progress = on
+}
+
+// Transfers returns the number of leadership transfers made so far.
+func (n *Net) Transfers() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.transfers
 }
 
 // VolumeLeader returns the leader of volume group id (0: none or unknown).
@@ -292,7 +313,31 @@ func (h *handle) Status() cluster.GroupStatus {
 	if h.g == h.n.meta {
 		st.Commit, st.Applied = uint64(len(h.n.entries)), uint64(len(h.n.entries))
 	}
+	if h.n.progress && h.g != h.n.meta && role == "leader" && !st.Failed {
+		st.LastIndex = 1
+		st.Progress, st.RecentActive = map[cluster.NodeID]uint64{}, map[cluster.NodeID]bool{}
+		for _, m := range h.g.members {
+			if _, ok := h.g.locals[m]; ok {
+				st.Progress[m], st.RecentActive[m] = 1, true
+			}
+		}
+	}
 	return st
+}
+
+// TransferLeadership moves the leadership to node to at once when this
+// node leads the group and to has it open.
+func (h *handle) TransferLeadership(to cluster.NodeID) {
+	h.n.mu.Lock()
+	defer h.n.mu.Unlock()
+	if h.g.leader != h.self || h.g.stopped[h.self] || !slices.Contains(h.g.members, to) {
+		return
+	}
+	if _, ok := h.g.locals[to]; !ok && h.g != h.n.meta {
+		return
+	}
+	h.n.transfers++
+	h.g.setLeader(to)
 }
 
 // volume is a replicated backend: the leader writes every member's
