@@ -138,12 +138,22 @@ func TestPlacementSpreadsReplicasAndANAGroupsAreReused(t *testing.T) {
 }
 
 func TestANAGroupsRunOut(t *testing.T) {
-	m := machineWith(t, &MemoryPersister{}, register(1))
-	for i := range MaxANAGroups {
-		applyOK(t, m, create(fmt.Sprintf("v%d", i), 1))
+	m := machineWith(t, &MemoryPersister{}, register(1), create("v1", 1))
+	// Every Apply clones and saves the whole state: fill the other groups
+	// directly rather than with MaxANAGroups creates.
+	s := m.State().clone()
+	for g := uint32(2); g <= MaxANAGroups; g++ {
+		v := s.Volumes["v1"].clone()
+		v.Name, v.ID, v.ANAGroup = fmt.Sprintf("v%d", g), s.NextGroup, g
+		s.Volumes[v.Name], s.NextGroup = v, s.NextGroup+1
 	}
+	m.cur.Store(&applied{state: s, index: m.AppliedIndex()})
 	if _, err := applyCmd(t, m, create("one-too-many", 1)); !errors.Is(err, ErrNoCapacity) {
 		t.Fatalf("err = %v, want ErrNoCapacity", err)
+	}
+	applyOK(t, m, Command{Op: OpDeleteVolume, Volume: "v4000"})
+	if res := applyOK(t, m, create("w", 1)); res.Volume.ANAGroup != 4000 {
+		t.Fatalf("ANA group %d, want the freed 4000", res.Volume.ANAGroup)
 	}
 }
 

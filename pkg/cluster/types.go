@@ -30,8 +30,11 @@ const MetadataGroup GroupID = 1
 // Limits and defaults.
 const (
 	// MaxANAGroups is the number of ANA group IDs (1..MaxANAGroups), one
-	// per volume: the target's ANAGRPMAX.
-	MaxANAGroups = 128
+	// per volume and unique in the cluster, so it caps the volumes: the
+	// target's ANAGRPMAX (target.DefaultMaxANAGroupID). A controller's ANA
+	// log lists only its subsystem's group, so the IDs' range does not
+	// grow the log.
+	MaxANAGroups = 0xFFFF
 	// DefaultReplicationFactor is used when a create request gives none.
 	DefaultReplicationFactor = 3
 	// MaxReplicationFactor is the most replicas a volume may have.
