@@ -140,21 +140,6 @@ func clusterCmd(o *options) *cobra.Command {
 	})
 }
 
-func nodeCmd(o *options) *cobra.Command {
-	return group("node", "Nodes of the cluster", &cobra.Command{
-		Use: "list", Short: "List the nodes, whether they are up, what they hold, and their scrub schedules", Args: exactArgs(),
-		RunE: func(*cobra.Command, []string) error {
-			ctx, cancel := o.ctx()
-			defer cancel()
-			v, err := o.client().Nodes(ctx)
-			if err != nil {
-				return err
-			}
-			return o.print(v, func(w io.Writer) { printNodes(w, v) })
-		},
-	})
-}
-
 func hostCmd(o *options) *cobra.Command {
 	change := func(use, short string, fn func(*api.Client, context.Context, string, string) (api.VolumeView, error)) *cobra.Command {
 		return &cobra.Command{

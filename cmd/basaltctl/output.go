@@ -144,8 +144,17 @@ func printVolumes(w io.Writer, vols []api.VolumeView) {
 	fmt.Fprintln(w, "NAME\tSIZE\tRF\tLEADER\tHEALTH\tHOSTS\tNQN")
 	for _, v := range vols {
 		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Name, sizeText(v), v.RF, nodeName(v.Leader, v.LeaderName),
-			v.Health, hostsText(v), v.NQN)
+			healthText(v), hostsText(v), v.NQN)
 	}
+}
+
+// healthText is the health word with its detail: "degraded (2 of 3 replicas
+// up to date)", "recovering (41%, ETA 1m20s)".
+func healthText(v api.VolumeView) string {
+	if v.HealthDetail == "" {
+		return v.Health
+	}
+	return v.Health + " (" + v.HealthDetail + ")"
 }
 
 func sizeText(v api.VolumeView) string {
@@ -170,7 +179,7 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	fmt.Fprintf(w, "Volume:\t%s\n", v.Name)
 	fmt.Fprintf(w, "NQN:\t%s\n", v.NQN)
 	fmt.Fprintf(w, "Size:\t%s (%d bytes, %d-byte blocks)\n", sizeText(v), v.Size, v.BlockSize)
-	fmt.Fprintf(w, "Health:\t%s\n", v.Health)
+	fmt.Fprintf(w, "Health:\t%s\n", healthText(v))
 	for _, p := range v.Paths {
 		if p.Failed != "" {
 			fmt.Fprintf(w, "Failed:\ton %s: %s\n", nodeName(p.Node, p.Name), p.Failed)
@@ -178,6 +187,9 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	}
 	fmt.Fprintf(w, "Leader:\t%s\n", nodeName(v.Leader, v.LeaderName))
 	fmt.Fprintf(w, "Replicas:\t%d\n", v.RF)
+	if len(v.Want) > 0 || len(v.Learners) > 0 {
+		fmt.Fprintf(w, "Moving to:\t%v (catching up: %v)\n", v.Want, v.Learners)
+	}
 	fmt.Fprintf(w, "Hosts:\t%s\n", hostsText(v))
 	fmt.Fprintf(w, "UUID / NGUID:\t%s / %x\n", v.UUID.UUIDString(), v.NGUID[:])
 	fmt.Fprintf(w, "ANA group:\t%d\n", v.ANAGroup)

@@ -35,14 +35,18 @@ type Config struct {
 	Logger *slog.Logger
 	// RequestTimeout bounds a change (its commit); default 10s.
 	RequestTimeout time.Duration
+	// ClusterID returns the cluster's UUID, which a joining node adopts
+	// (nodes.go); nil: joins are answered without it.
+	ClusterID func() string
 }
 
 // Server is the HTTP API of one node.
 type Server struct {
-	cfg Config
-	c   *cluster.Cluster
-	log *slog.Logger
-	mux *http.ServeMux
+	cfg      Config
+	recovery recoveryRates
+	c        *cluster.Cluster
+	log      *slog.Logger
+	mux      *http.ServeMux
 }
 
 // maxBody bounds request bodies.
@@ -72,6 +76,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/local", map[string]handler{"GET": s.getLocal})
 	s.route("/v1/internal/commands", map[string]handler{"POST": s.postCommand})
 	s.driveRoutes()
+	s.nodeRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Metrics == nil {
 			writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "metrics are not enabled on this node"})

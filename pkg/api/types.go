@@ -154,10 +154,15 @@ type VolumeView struct {
 	// its ANA state is optimized.
 	Leader     cluster.NodeID `json:"leader"`
 	LeaderName string         `json:"leader_name,omitempty"`
-	// Health is "healthy", "degraded" (a replica down or failing; a path
+	// Health is "healthy", "recovering" (a replica being added),
+	// "degraded" (a replica down, behind or failing; a path
 	// whose group failed says why in Failed) or "unavailable" (no leader:
 	// I/O waits).
 	Health string `json:"health"`
+	// HealthDetail says more: "2 of 3 replicas up to date" when degraded,
+	// "41%, ETA 1m20s" while recovering (a replica being added: healing,
+	// a drain, a replace).
+	HealthDetail string `json:"health_detail,omitempty"`
 	// Paths are the replicas as the hosts' paths, one per node.
 	Paths   []PathView `json:"paths"`
 	Connect Connect    `json:"connect"`

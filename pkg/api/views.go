@@ -119,7 +119,7 @@ func (s *Server) getCluster(r *http.Request) (int, any, error) {
 		cv.LeaderName = sv.node(leader).Name
 	}
 	for _, v := range st.VolumeList() {
-		if s.health(sv, v) == "healthy" {
+		if h, _ := s.health(sv, v); h == "healthy" {
 			cv.VolumesHealthy++
 		}
 		for _, r := range v.Replicas {
@@ -190,21 +190,82 @@ func (s *Server) volumeView(ctx context.Context, v *cluster.Volume, note string)
 	return s.view(s.gather(ctx), v, note)
 }
 
-func (s *Server) health(sv *survey, v *cluster.Volume) string {
-	if sv.volumeLeader(v) == 0 {
-		return "unavailable"
+// health returns the volume's health word and its detail: "healthy";
+// "degraded" with how many replicas are up to date ("2 of 3"); "recovering"
+// while a replica is being added, with how far it has caught up and, once
+// two samples are apart, an ETA; "unavailable" with no leader (I/O waits).
+func (s *Server) health(sv *survey, v *cluster.Volume) (string, string) {
+	leader := sv.volumeLeader(v)
+	if leader == 0 {
+		return "unavailable", "no leader: I/O waits until a majority of replicas is up"
 	}
+	ls, _ := sv.volumeStatus(leader, v.ID)
+	commit := ls.Raft.Commit
+	up := 0
 	for _, r := range v.Replicas {
-		if vs, ok := sv.volumeStatus(r, v.ID); !ok || vs.Error != "" {
-			return "degraded"
+		vs, ok := sv.volumeStatus(r, v.ID)
+		if ok && vs.Error == "" && vs.Raft.Applied+catchUpSlack >= commit {
+			up++
 		}
 	}
-	return "healthy"
+	if len(v.Learners) > 0 || len(v.Want) > 0 {
+		pct := 0.0
+		if len(v.Learners) > 0 && commit > 0 {
+			pct = 100
+			for _, l := range v.Learners {
+				pct = min(pct, 100*float64(ls.Raft.Progress[l])/float64(commit))
+			}
+		}
+		return "recovering", s.recovery.detail(v.ID, pct, s.cfg.Clock.Now())
+	}
+	if up < len(v.Replicas) {
+		return "degraded", fmt.Sprintf("%d of %d replicas up to date", up, len(v.Replicas))
+	}
+	return "healthy", ""
+}
+
+// catchUpSlack is how many entries behind the commit index a replica may be
+// and count as up to date (entries in flight under load).
+const catchUpSlack = 256
+
+// recoveryRates remembers each recovering volume's last progress sample,
+// to estimate when it finishes.
+type recoveryRates struct {
+	mu      sync.Mutex
+	samples map[cluster.GroupID]recoverySample
+}
+
+type recoverySample struct {
+	pct float64
+	at  time.Time
+	eta time.Duration
+}
+
+// detail returns "41%" or "41%, ETA 1m20s" for a volume at pct now.
+func (r *recoveryRates) detail(id cluster.GroupID, pct float64, now time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.samples == nil {
+		r.samples = map[cluster.GroupID]recoverySample{}
+	}
+	last, ok := r.samples[id]
+	cur := recoverySample{pct: pct, at: now, eta: last.eta}
+	if ok && pct > last.pct && now.After(last.at) {
+		rate := (pct - last.pct) / now.Sub(last.at).Seconds()
+		cur.eta = time.Duration((100 - pct) / rate * float64(time.Second)).Round(time.Second)
+	}
+	if !ok || pct != last.pct {
+		r.samples[id] = cur
+	}
+	if cur.eta > 0 {
+		return fmt.Sprintf("%.0f%%, ETA %v", pct, cur.eta)
+	}
+	return fmt.Sprintf("%.0f%%", pct)
 }
 
 func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
-	vv := VolumeView{Volume: *v, NQN: v.NQN(), RF: len(v.Replicas), Leader: sv.volumeLeader(v),
-		Health: s.health(sv, v), Note: note}
+	vv := VolumeView{Volume: *v, NQN: v.NQN(), RF: len(v.Replicas), Leader: sv.volumeLeader(v), Note: note}
+	vv.Health, vv.HealthDetail = s.health(sv, v)
 	if vv.Leader != 0 {
 		vv.LeaderName = sv.node(vv.Leader).Name
 	}

@@ -41,8 +41,15 @@ type Config struct {
 	// Resync is the period of the reconciler's full pass (it also runs
 	// after every metadata change). Default 1s.
 	Resync time.Duration
-	Clock  clock.Clock
-	Logger *slog.Logger
+	// DownOutInterval is how long a node may be unreachable before the
+	// metadata leader marks it out and re-replicates what it held
+	// (heal.go). Default DefaultDownOutInterval.
+	DownOutInterval time.Duration
+	// SetPeer, if set, tells the Raft transport a node's address when the
+	// metadata learns or changes it (a node that joined).
+	SetPeer func(id NodeID, raftAddr string)
+	Clock   clock.Clock
+	Logger  *slog.Logger
 }
 
 // Cluster is a node's view of the cluster: the metadata state machine and
@@ -92,8 +99,9 @@ func Start(cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, m: cfg.Machine, meta: meta, log: cfg.Logger, clock: cfg.Clock}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rec = newReconciler(c)
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go func() { defer c.wg.Done(); c.rec.run(c.ctx) }()
+	go func() { defer c.wg.Done(); newHealer(c).run(c.ctx) }()
 	go func() { defer c.wg.Done(); c.register(c.ctx) }()
 	go func() { defer c.wg.Done(); c.awaitFresh(c.ctx) }()
 	return c, nil
@@ -270,9 +278,8 @@ func (c *Cluster) resolve(ctx context.Context, cmd Command, res Result, err erro
 // accepts it, unless the metadata already has them.
 func (c *Cluster) register(ctx context.Context) {
 	self := c.cfg.Self
-	self.State = NodeActive
 	for ctx.Err() == nil {
-		if n := c.m.State().Nodes[self.ID]; n != nil && *n == self {
+		if n := c.m.State().Nodes[self.ID]; n != nil && sameAddresses(n, &self) && n.State != NodeOut {
 			return
 		}
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -309,4 +316,15 @@ func (c *Cluster) sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C():
 	}
+}
+
+// sameAddresses reports whether a and b agree on everything a node
+// registers (its administrative state aside).
+func sameAddresses(a, b *Node) bool {
+	x, y := *a, *b
+	x.State, y.State = "", ""
+	if y.Capacity == 0 {
+		x.Capacity = 0
+	}
+	return x == y
 }

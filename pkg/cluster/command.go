@@ -35,6 +35,11 @@ type Command struct {
 	NodeID  NodeID        `json:"node_id,omitempty"`
 	Size    int64         `json:"size,omitempty"`
 	Host    string        `json:"host,omitempty"`
+	// Nodes, Learners and State are the membership commands' fields
+	// (command_members.go).
+	Nodes    []NodeID `json:"nodes,omitempty"`
+	Learners []NodeID `json:"learners,omitempty"`
+	State    string   `json:"state,omitempty"`
 }
 
 // CreateVolume is the body of OpCreateVolume.
@@ -112,7 +117,7 @@ func (c *Command) Validate() error {
 		}
 		return ValidateHostNQN(c.Host)
 	default:
-		return fmt.Errorf("%w: unknown command %q", ErrInvalid, c.Op)
+		return c.validateMembers()
 	}
 	return nil
 }
@@ -123,12 +128,12 @@ func (s *State) apply(c *Command) (Result, error) {
 	if err := c.Validate(); err != nil {
 		return Result{}, err
 	}
+	if isMemberOp(c.Op) {
+		return s.applyMembers(c)
+	}
 	switch c.Op {
 	case OpRegisterNode:
-		n := *c.Node
-		n.State = NodeActive
-		s.Nodes[n.ID] = &n
-		return Result{Node: &n}, nil
+		return s.registerNode(c.Node)
 	case OpCreateVolume:
 		return s.createVolume(c.Create)
 	case OpDeleteVolume:
@@ -197,29 +202,18 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 	return Result{Volume: v.clone()}, nil
 }
 
-// place chooses rf active nodes for a new volume: those holding the fewest
-// replicas, ties broken by rotating from the group ID so that volumes of
-// equal load spread their replicas (and so their leaders) over the nodes.
+// place chooses rf nodes for a new volume (placement.go).
 func (s *State) place(rf int, id GroupID) ([]NodeID, error) {
-	load := map[NodeID]int{}
-	var nodes []NodeID
-	for _, n := range s.NodeList() {
-		if n.State == NodeActive {
-			nodes = append(nodes, n.ID)
+	out, err := s.pick(rf, id, nil, nil)
+	if err != nil {
+		serving := 0
+		for _, n := range s.Nodes {
+			if n.Serves() {
+				serving++
+			}
 		}
+		return nil, fmt.Errorf("replication factor %d needs %d nodes, %d registered take replicas: %w", rf, rf, serving, err)
 	}
-	if len(nodes) < rf {
-		return nil, fmt.Errorf("%w: replication factor %d needs %d nodes, %d registered", ErrNoCapacity, rf, rf, len(nodes))
-	}
-	for _, v := range s.Volumes {
-		for _, r := range v.Replicas {
-			load[r]++
-		}
-	}
-	rot := int(uint64(id) % uint64(len(nodes)))
-	order := append(slices.Clone(nodes[rot:]), nodes[:rot]...)
-	slices.SortStableFunc(order, func(a, b NodeID) int { return load[a] - load[b] })
-	out := slices.Clone(order[:rf])
 	slices.Sort(out)
 	return out, nil
 }

@@ -31,6 +31,7 @@ type reconciler struct {
 	wg      sync.WaitGroup // ANA watchers, size reports and teardowns
 	kick    chan struct{}  // capacity 1: a teardown finished; reconcile again
 	bal     balancer       // leader balance (balance.go)
+	mv      mover          // replica moves (members.go)
 
 	mu struct {
 		sync.Mutex
@@ -97,6 +98,7 @@ func (r *reconciler) run(ctx context.Context) {
 // and waits for the teardowns still running in the background; run must
 // have returned.
 func (r *reconciler) teardownAll() {
+	r.mv.wg.Wait() // the replica moves end with run's context
 	for id, lv := range r.vols {
 		r.teardown(lv, false)
 		delete(r.vols, id)
@@ -140,6 +142,8 @@ func (r *reconciler) reconcile(ctx context.Context) {
 		r.deleteOrphans(s)
 	}
 	r.balance(s)
+	r.publishPeers(s)
+	r.moveReplicas(ctx, s)
 }
 
 // teardownAsync takes a deleted volume down in the background, its data

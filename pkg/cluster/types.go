@@ -198,6 +198,9 @@ type State struct {
 	Volumes map[string]*Volume `json:"volumes"`
 	// NextGroup is the group ID the next volume gets.
 	NextGroup GroupID `json:"next_group"`
+	// NextNode is at least the ID the next joining node gets (IDs of
+	// removed nodes are never reused); 0 before any node joined.
+	NextNode NodeID `json:"next_node,omitempty"`
 }
 
 // NewState returns an empty state.
@@ -207,7 +210,7 @@ func NewState() *State {
 
 func (s *State) clone() *State {
 	c := &State{Nodes: make(map[NodeID]*Node, len(s.Nodes)), Volumes: make(map[string]*Volume, len(s.Volumes)),
-		NextGroup: s.NextGroup}
+		NextGroup: s.NextGroup, NextNode: s.NextNode}
 	for id, n := range s.Nodes {
 		nc := *n
 		c.Nodes[id] = &nc

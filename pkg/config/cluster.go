@@ -90,6 +90,14 @@ type Cluster struct {
 	// ElectionTicks and HeartbeatTicks are in RaftTicks. Defaults 10, 1.
 	ElectionTicks  int `toml:"election_ticks"`
 	HeartbeatTicks int `toml:"heartbeat_ticks"`
+	// Zone is this node's failure domain (a rack, a room): a volume's
+	// replicas go to distinct zones when the cluster has enough. Empty:
+	// a zone of its own.
+	Zone string `toml:"zone"`
+	// DownOutInterval is how long a node may be unreachable before it is
+	// marked out and its replicas are re-created on other nodes. Default
+	// 10m; tests set seconds.
+	DownOutInterval Duration `toml:"down_out_interval"`
 	// Peers lists every node of the cluster, this one included.
 	Peers []Peer `toml:"peer"`
 }

@@ -241,7 +241,10 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 	for _, p := range cl.Peers {
 		n := cluster.Node{ID: cluster.NodeID(p.ID), Name: p.Name, NVMeAddr: p.NVMe, RaftAddr: p.Raft, APIAddr: p.API}
 		if p.ID == cl.NodeID {
-			n.NVMeAddr, n.Name = cfg.NVMe.Advertise, cfg.Node.Name
+			n.NVMeAddr, n.Name, n.Zone = cfg.NVMe.Advertise, cfg.Node.Name, cl.Zone
+			if cp.store != nil {
+				n.Capacity = cp.store.Stats().CapacityBytes
+			}
 			self = n
 		}
 		peers = append(peers, n)
@@ -261,6 +264,8 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		},
 		Unwrap: func(v *cluster.Volume) { cp.metrics.ForgetVolume(v.Name) },
 		Clock:  clock.Real(), Logger: log.With("part", "cluster"),
+		DownOutInterval: time.Duration(cl.DownOutInterval),
+		SetPeer:         func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
 	})
 	return err
 }

@@ -31,7 +31,11 @@ func (r raftReplicator) StartMetadata(members []cluster.NodeID, m *cluster.Machi
 }
 
 func (r raftReplicator) OpenVolume(id cluster.GroupID, members []cluster.NodeID, local backend.Backend) (cluster.Group, backend.Backend, error) {
-	v, err := volume.Add(r.h, replication.GroupID(id), toReplIDs(members), local)
+	add := volume.Add
+	if r.joins(members) && r.h.Group(replication.GroupID(id)) == nil {
+		add = volume.Join // a replica being added: members are the voters it joins
+	}
+	v, err := add(r.h, replication.GroupID(id), toReplIDs(members), local)
 	if err != nil {
 		return nil, nil, err
 	}

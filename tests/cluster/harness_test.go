@@ -73,6 +73,9 @@ type opts struct {
 	driveSize, raftLog string
 	// raftLogOn is where the Raft log regions live (default tmpfs).
 	raftLogOn medium
+	// clusterConf is extra lines for every node's [cluster] section
+	// ("down_out_interval = \"3s\"").
+	clusterConf string
 }
 
 // medium is where a test cluster's nodes keep their Raft log regions. The
@@ -239,6 +242,7 @@ func (tc *testCluster) writeConfig(n *node) {
 	fmt.Fprintf(&b, "[log]\nlevel = \"info\"\n\n")
 	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
 		n.id, n.raft, n.api, tc.clusterID)
+	b.WriteString(tc.o.clusterConf)
 	for _, p := range tc.nodes {
 		raft := p.raft
 		if p != n {

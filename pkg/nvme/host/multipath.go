@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"basalt/pkg/nvme"
@@ -32,7 +34,7 @@ import (
 // Not modelled: reconnecting lost paths, the numa and queue-depth I/O
 // policies, ANATT timers. MultiPath does not own the Controllers.
 type MultiPath struct {
-	paths []*Controller
+	paths atomic.Pointer[[]*Controller] // replaced whole by AddPath
 	mu    struct {
 		sync.Mutex
 		next int // round-robin position
@@ -45,8 +47,22 @@ const retryInterval = 100 * time.Millisecond
 // NewMultiPath returns a MultiPath over ctrls, which must be connected to the
 // same subsystem.
 func NewMultiPath(ctrls ...*Controller) *MultiPath {
-	return &MultiPath{paths: append([]*Controller(nil), ctrls...)}
+	m := &MultiPath{}
+	paths := append([]*Controller(nil), ctrls...)
+	m.paths.Store(&paths)
+	return m
 }
+
+// AddPath adds a path, as a host's rescan does when the discovery log lists
+// a new one (a replica added to the volume).
+func (m *MultiPath) AddPath(c *Controller) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	paths := append(slices.Clone(*m.paths.Load()), c)
+	m.paths.Store(&paths)
+}
+
+func (m *MultiPath) list() []*Controller { return *m.paths.Load() }
 
 // PathState is the state of one path for one namespace.
 type PathState struct {
@@ -57,8 +73,9 @@ type PathState struct {
 
 // Paths returns each path's state for nsid, in the order given to NewMultiPath.
 func (m *MultiPath) Paths(nsid uint32) []PathState {
-	out := make([]PathState, len(m.paths))
-	for i, c := range m.paths {
+	paths := m.list()
+	out := make([]PathState, len(paths))
+	for i, c := range paths {
 		st, _ := c.ANAState(nsid)
 		out[i] = PathState{Controller: c, ANA: st, Live: c.Err() == nil}
 	}
@@ -97,9 +114,10 @@ func (m *MultiPath) choose(nsid uint32, avoid map[*Controller]bool) (c *Controll
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var fallback *Controller
-	n := len(m.paths)
+	paths := m.list()
+	n := len(paths)
 	for i := 0; i < n; i++ {
-		p := m.paths[(m.mu.next+i)%n]
+		p := paths[(m.mu.next+i)%n]
 		if p.Err() != nil {
 			continue
 		}
@@ -154,17 +172,18 @@ var errNoLivePath = errors.New("no controller is connected")
 
 // waitForPath sleeps retryInterval, then re-reads every live path's ANA log.
 func (m *MultiPath) waitForPath(ctx context.Context) error {
-	if len(m.paths) == 0 {
+	paths := m.list()
+	if len(paths) == 0 {
 		return errNoLivePath
 	}
-	t := m.paths[0].opts.Clock.NewTimer(retryInterval)
+	t := paths[0].opts.Clock.NewTimer(retryInterval)
 	defer t.Stop()
 	select {
 	case <-t.C():
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
-	for _, c := range m.paths {
+	for _, c := range paths {
 		if c.Err() == nil {
 			c.RefreshANA(ctx) //nolint:errcheck // a failing path is skipped by choose
 		}
