@@ -89,7 +89,7 @@ func TestPartitionedLeaderStopsServingWhileMajorityCarriesOn(t *testing.T) {
 // enough for the others to compact their logs past it, restarts it, and
 // checks that it catches up by a streamed snapshot and then from the log.
 func TestFollowerBehindCompactionCatchesUpBySnapshot(t *testing.T) {
-	c := newSimCluster(t, 5, func(cfg *Config) { cfg.CompactionMargin = 4 })
+	c := newSimCluster(t, 5, func(cfg *Config) { cfg.CompactionMargin, cfg.RetainBytes = 4, -1 })
 	c.startAll()
 	leader := c.leader()
 	follower := c.members[(int(leader))%3]

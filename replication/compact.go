@@ -9,9 +9,11 @@ func (c *core) compactStep() uint64 {
 
 // maybeCompact compacts the log behind the applied index (doc.go, "Log
 // compaction"): normally it keeps CompactionMargin applied entries for
-// followers that lag a little; under write-buffer pressure, when this
-// iteration held entries back for lack of space (starved), or when the
-// releaser asks this group to checkpoint, it keeps none. It never compacts
+// followers that lag a little, and on a leader the entries back to the
+// slowest follower's match index within RetainBytes (retainTarget); under
+// write-buffer pressure, when this iteration held entries back for lack of
+// space (starved), or when the releaser asks this group to checkpoint, it
+// keeps none. It never compacts
 // past the state machine's durable applied index (asking a Checkpointer to
 // make it durable first), nor, unless the buffer is under pressure, past a
 // snapshot that is streaming. A requested checkpoint then rewrites the
@@ -30,6 +32,9 @@ func (c *core) maybeCompact() error {
 		margin = 0
 	}
 	target := c.applied - min(margin, c.applied)
+	if !urgent && !pressure { // keep what lagging followers need, within RetainBytes
+		target = c.retainTarget(target)
+	}
 	if !pressure { // under pressure a streaming follower may need a new snapshot
 		for _, index := range c.snapshotsOut {
 			target = min(target, index)

@@ -65,6 +65,17 @@ type Config struct {
 	// full) groups compact to their durable applied index regardless. Default
 	// 1024.
 	CompactionMargin uint64
+	// RetainBytes is the byte budget of applied entries a leader keeps in
+	// its log for followers that lag further than CompactionMargin (one
+	// cut off, or restarting), so that they catch up from the log rather
+	// than by snapshot: while the write buffer is at most half full the
+	// leader compacts no further than the slowest follower's match index,
+	// as long as the entries it keeps from there to its applied index take
+	// at most RetainBytes of the buffer; past that it keeps what fits, and
+	// under pressure it compacts to its durable applied index as before.
+	// CompactionMargin stays the floor. Default (0): a quarter of the log
+	// region; negative: no retention beyond CompactionMargin.
+	RetainBytes int64
 	// EntryCacheSize bounds the bytes of recent entries each group keeps in
 	// memory, so that applying and replicating them does not read them back
 	// from the write buffer. Default 4 MiB.

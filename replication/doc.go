@@ -131,7 +131,13 @@
 // After applying, a group compacts its log up to its applied index less
 // CompactionMargin entries (kept so that a follower a little behind catches
 // up from the log), in steps of a quarter margin; under buffer pressure the
-// margin is 0. It never compacts past the state machine's durable applied
+// margin is 0. A leader also keeps, while the buffer is not under pressure,
+// the entries back to its slowest follower's match index, as long as those
+// from there to its applied index take at most RetainBytes of the buffer
+// (by default a quarter of it; retain.go): a follower cut off or restarting
+// for that long catches up from the log. Retention sizes itself by bytes,
+// not entries, since what it spends is the shared buffer; the half-full
+// pressure mark bounds all groups' retention together. It never compacts past the state machine's durable applied
 // index, nor past a snapshot that is being streamed. Compaction is one state
 // record. A Checkpointer (such as volume.Volume, whose Checkpoint flushes
 // the local replica) is asked to make more of the log durable only when the applied but
@@ -154,6 +160,14 @@
 // snapshot's index, not exactly at it: this is safe because block operations
 // form a redo log (StateMachine explains), and the follower applies every
 // entry after the index.
+//
+// A delta snapshot (delta.go) streams only what changed: the receiver
+// announces, before the data, its base (its loop's applied index and its
+// state machine's identity); a leader whose state machine is a
+// DeltaSnapshotter streams the changes after that index when it can tell
+// them and the identities agree, and the whole state otherwise. The
+// leader's status shows each stream's progress (PeerStatus.Snapshot) and
+// the group as degraded while a member catches up.
 //
 // # Reads
 //
@@ -333,8 +347,9 @@
 //	handshake                        frame
 //	offset size field                offset size field
 //	     0    8 magic "BSLTRAFT"          0    4 body length (at most 64 MiB)
-//	     8    2 version (2)               4    1 type: 1 message, 2 snapshot chunk,
-//	    10    1 stream: 1 messages,                   3 snapshot end, 4 snapshot result
+//	     8    2 version (3)               4    1 type: 1 message, 2 snapshot chunk,
+//	    10    1 stream: 1 messages,                   3 snapshot end, 4 snapshot result,
+//	                                                  5 snapshot base
 //	              2 snapshot              5    3 zero
 //	    11    5 zero                      8    8 group ID (0 only in a result)
 //	    16    8 sender node ID           16      body
@@ -355,12 +370,16 @@
 //
 // The payload lengths add up to exactly the rest of the body. An entry with
 // an empty payload arrives with nil Data. Version 1 (the whole message in
-// the protobuf) is refused at the handshake. A node opens one message
+// the protobuf) and version 2 (snapshot streams without a base frame) are
+// refused at the handshake. A node opens one message
 // stream to each peer and sends all its groups' messages on it; it receives
 // on the streams its peers open. A snapshot has a stream of its own: a
-// message frame with the MsgSnap, chunk frames of up to 1 MiB of state
-// machine data, an end frame whose 8-byte body is the total data length;
-// the receiver answers with a result frame, body 0 (restored) or 1 followed
-// by the error text. A malformed frame ends the connection, as does a
+// message frame with the MsgSnap; the receiver answers with a base frame
+// (what it holds, for a delta: an empty body for none, else its applied
+// index, 8 bytes, then its state machine's identity, 1 to 256 bytes), or,
+// if it refuses the MsgSnap, at once with the result frame; then chunk
+// frames of up to 1 MiB of state machine data, an end frame whose 8-byte
+// body is the total data length; the receiver answers with a result frame,
+// body 0 (restored) or 1 followed by the error text. A malformed frame ends the connection, as does a
 // message the Host refuses ("Inbound checks").
 package replication

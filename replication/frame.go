@@ -14,7 +14,7 @@ import (
 const (
 	handshakeSize   = 32
 	handshakeMagic  = "BSLTRAFT"
-	wireVersion     = 2
+	wireVersion     = 3 // 3: snapshot streams carry the receiver's base (delta.go)
 	frameHeaderSize = 16
 	messageHeadSize = 8        // protobuf length, entry count
 	maxFrameBody    = 64 << 20 // a message: MaxSizePerMsg plus one large entry
@@ -33,6 +33,7 @@ const (
 	frameSnapshotChunk  uint8 = 2
 	frameSnapshotEnd    uint8 = 3
 	frameSnapshotResult uint8 = 4
+	frameSnapshotBase   uint8 = 5
 )
 
 var errFrame = fmt.Errorf("%w: malformed transport frame", ErrCorrupt)
@@ -94,7 +95,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	switch {
 	case b[5]|b[6]|b[7] != 0:
 		return h, fmt.Errorf("%w: reserved bytes set", errFrame)
-	case h.typ < frameMessage || h.typ > frameSnapshotResult:
+	case h.typ < frameMessage || h.typ > frameSnapshotBase:
 		return h, fmt.Errorf("%w: frame type %d", errFrame, h.typ)
 	case h.length > maxFrameBody:
 		return h, fmt.Errorf("%w: frame of %d bytes, at most %d", errFrame, h.length, maxFrameBody)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"reflect"
@@ -39,14 +40,17 @@ func TestHandshakeAndFrameHeaderRoundTrip(t *testing.T) {
 	}
 }
 
-// TestHandshakeRefusesWireVersion1: a version 1 peer (whole messages in the
-// protobuf) is refused before it sends a frame.
-func TestHandshakeRefusesWireVersion1(t *testing.T) {
-	b := handshake{kind: streamMessages, from: 1, to: 2}.encode()
-	binary.LittleEndian.PutUint16(b[8:], 1)
-	_, err := decodeHandshake(b)
-	if !errors.Is(err, errFrame) || !strings.Contains(err.Error(), "wire version 1, want 2") {
-		t.Fatalf("version 1 handshake: %v", err)
+// TestHandshakeRefusesOlderWireVersions: a version 1 peer (whole messages in
+// the protobuf) or 2 (snapshot streams without the receiver's base) is
+// refused before it sends a frame.
+func TestHandshakeRefusesOlderWireVersions(t *testing.T) {
+	for _, v := range []uint16{1, 2} {
+		b := handshake{kind: streamMessages, from: 1, to: 2}.encode()
+		binary.LittleEndian.PutUint16(b[8:], v)
+		_, err := decodeHandshake(b)
+		if !errors.Is(err, errFrame) || !strings.Contains(err.Error(), fmt.Sprintf("wire version %d, want 3", v)) {
+			t.Fatalf("version %d handshake: %v", v, err)
+		}
 	}
 }
 

@@ -53,6 +53,7 @@ type core struct {
 	batch          []*proposal          // proposals waiting to be stepped
 	reads          readState
 	snapshotsOut   map[uint64]uint64 // follower -> index of the snapshot streaming to it
+	catchup        catchupState      // followers catching up: streams, retention (retain.go)
 	restored       uint64            // snapshot index restored into sm, awaiting Ready.Snapshot
 	fatal          error             // set by work done outside iterate (restore); stops the loop
 	early, late    []raftpb.Message  // scratch: messages sent before / after persisting

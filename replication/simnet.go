@@ -205,9 +205,10 @@ func (n *SimNetwork) deliverSnapshot(ev *simEvent, src, dst Handler) {
 		return
 	}
 	pr, pw := io.Pipe()
+	w := newSimSnapshotWriter(pw, dst, ev.group, s.m) // the receiver's base (delta.go)
 	written := make(chan error, 1)
 	go func() {
-		err := s.body(pw)
+		err := s.body(w)
 		pw.CloseWithError(err)
 		written <- err
 	}()

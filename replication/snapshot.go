@@ -16,23 +16,30 @@ import (
 // sendSnapshot starts streaming the state machine to a follower that is
 // behind the compacted log. Raft's MsgSnap carries only the metadata (the
 // applied index, its term and the configuration: logStorage.Snapshot); the
-// data come from StateMachine.Snapshot, written straight into the transport's
-// stream on the transport's goroutine. The log is not compacted past the
+// data come from the state machine, written straight into the transport's
+// stream on the transport's goroutine: a delta from the base the receiver
+// announced when the state machine can stream one (delta.go), else the
+// whole state (StateMachine.Snapshot). The log is not compacted past the
 // snapshot's index while it streams, so that the follower can continue from
-// the log afterwards.
+// the log afterwards. Its progress shows in the leader's status.
 func (c *core) sendSnapshot(m raftpb.Message) {
 	if m.Snapshot == nil {
 		return
 	}
 	to, index := m.To, m.Snapshot.Metadata.Index
 	c.snapshotsOut[to] = index
+	progress := c.catchup.startStream(to)
 	h, g, sm := c.h, c.g, c.sm
 	log := h.log.With("group", g.id, "to", NodeID(to), "index", index)
 	log.Info("streaming a snapshot to a follower behind the compacted log")
 	body := func(w io.Writer) error {
-		pw := &progressWriter{w: w, clock: h.clock, log: log, start: h.clock.Now()}
-		err := sm.Snapshot(pw)
-		pw.finish(err)
+		base, ok := receiverBase(w)
+		pw := &progressWriter{w: w, clock: h.clock, log: log, start: h.clock.Now(), progress: progress}
+		if ok {
+			pw.log = log.With("base", base.Applied)
+		}
+		delta, err := writeSnapshotBody(sm, pw, base, ok, progress)
+		pw.finish(delta, err)
 		return err
 	}
 	h.transport.SendSnapshot(g.id, m, body, func(err error) { g.reportSnapshot(NodeID(to), err) })
@@ -42,6 +49,7 @@ func (c *core) sendSnapshot(m raftpb.Message) {
 // leader probes the follower again (and sends another snapshot if needed).
 func (c *core) finishSnapshot(r snapshotReport) {
 	delete(c.snapshotsOut, uint64(r.to))
+	c.catchup.endStream(uint64(r.to))
 	status := raft.SnapshotFinish
 	if r.err != nil {
 		status = raft.SnapshotFailure
@@ -122,40 +130,57 @@ func (c *core) acceptsSnapshot(m raftpb.Message) bool {
 		slices.Contains(cs.VotersOutgoing, c.self)
 }
 
-// progressWriter counts a snapshot's bytes and logs progress every
-// progressInterval.
+// progressWriter counts a snapshot's bytes into its streamProgress, which
+// the leader's status shows, and logs progress every progressInterval. It
+// passes the receiver's base on (SnapshotBaseWriter) and takes the state
+// machine's expected size (SnapshotSizer).
 type progressWriter struct {
-	w       io.Writer
-	clock   clock.Clock
-	log     *slog.Logger
-	start   time.Time
-	logged  time.Time
-	written int64
+	w        io.Writer
+	clock    clock.Clock
+	log      *slog.Logger
+	start    time.Time
+	logged   time.Time
+	written  int64
+	progress *streamProgress
 }
+
+var (
+	_ SnapshotSizer      = (*progressWriter)(nil)
+	_ SnapshotBaseWriter = (*progressWriter)(nil)
+)
 
 const progressInterval = 5 * time.Second
 
 func (p *progressWriter) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
 	p.written += int64(n)
+	p.progress.sent.Add(int64(n))
 	since := p.start
 	if p.logged.After(since) {
 		since = p.logged
 	}
 	if now := p.clock.Now(); now.Sub(since) >= progressInterval {
 		p.logged = now
-		p.log.Info("snapshot streaming", "bytes", p.written, "rate_MBps", rate(p.written, now.Sub(p.start)))
+		p.log.Info("snapshot streaming", "bytes", p.written, "of", p.progress.total.Load(),
+			"rate_MBps", rate(p.written, now.Sub(p.start)))
 	}
 	return n, err
 }
 
-func (p *progressWriter) finish(err error) {
+// ExpectBytes implements SnapshotSizer.
+func (p *progressWriter) ExpectBytes(n int64) { p.progress.total.Store(n) }
+
+// ReceiverBase implements SnapshotBaseWriter.
+func (p *progressWriter) ReceiverBase() (SnapshotBase, bool) { return receiverBase(p.w) }
+
+func (p *progressWriter) finish(delta bool, err error) {
 	elapsed := p.clock.Since(p.start)
 	if err != nil {
-		p.log.Warn("snapshot stream ended early", "bytes", p.written, "err", err)
+		p.log.Warn("snapshot stream ended early", "bytes", p.written, "delta", delta, "err", err)
 		return
 	}
-	p.log.Info("snapshot streamed", "bytes", p.written, "elapsed", elapsed, "rate_MBps", rate(p.written, elapsed))
+	p.log.Info("snapshot streamed", "bytes", p.written, "delta", delta, "elapsed", elapsed,
+		"rate_MBps", rate(p.written, elapsed))
 }
 
 func rate(bytes int64, d time.Duration) float64 {

@@ -39,6 +39,13 @@ type GroupStatus struct {
 	// Proposals counts proposals completed here; SnapshotsSent and
 	// SnapshotsReceived count snapshots streamed to and restored from peers.
 	Proposals, SnapshotsSent, SnapshotsReceived uint64
+	// SnapshotBytesSent counts the bytes of the snapshots streamed from
+	// here, finished or in flight.
+	SnapshotBytesSent uint64
+	// Degraded reports, on the leader, that some member is catching up
+	// (PeerStatus.CatchingUp). Always false on a follower, which cannot
+	// tell. Sampled once per tick, with Peers.
+	Degraded bool
 	// LeaseUntil is when this leader's read lease ends (zero: none held).
 	LeaseUntil time.Time
 	// Err is why the group stopped, if it did.
@@ -56,6 +63,14 @@ type PeerStatus struct {
 	// RecentActive reports whether the member answered within the last
 	// election timeout.
 	RecentActive bool
+	// Behind is how many entries the member lags the leader's last index.
+	Behind uint64
+	// CatchingUp reports that the member is being brought up to date: a
+	// snapshot streams to it, or it lags by more than CompactionMargin
+	// entries.
+	CatchingUp bool
+	// Snapshot is the snapshot streaming to the member, nil when none.
+	Snapshot *SnapshotProgress
 }
 
 // publishStatus copies the loop's state for Status. With progress it also
@@ -74,17 +89,22 @@ func (c *core) publishStatus(progress bool) {
 	s.CommitLatency = c.stats.latency
 	s.Proposals, s.SnapshotsSent, s.SnapshotsReceived = c.stats.proposals, c.stats.snapshotsSent, c.stats.snapshotsReceived
 	s.LeaseUntil = c.reads.leaseUntil
+	s.SnapshotBytesSent = c.catchup.bytesSent
+	for _, sp := range c.catchup.streams {
+		s.SnapshotBytesSent += uint64(sp.sent.Load())
+	}
 	if !progress {
 		return
 	}
-	s.Peers = s.Peers[:0]
+	s.Peers, s.Degraded = s.Peers[:0], false
 	if bs.RaftState != raft.StateLeader {
 		return
 	}
+	last := c.s.lastIndex()
 	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		s.Peers = append(s.Peers, PeerStatus{Node: NodeID(id), Match: pr.Match, Next: pr.Next,
-			State: progressState(pr.State), RecentActive: pr.RecentActive})
+		s.Peers = append(s.Peers, c.peerStatus(id, pr, last))
 	})
+	s.Degraded = degraded(s.Node, s.Peers)
 }
 
 func progressState(s tracker.StateType) string {

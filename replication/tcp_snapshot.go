@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
 
 // SendSnapshot implements Transport: a dedicated connection carries the
-// MsgSnap frame, the body in chunk frames, an end frame with the byte count;
-// then the receiver answers with a result frame once it has restored.
+// MsgSnap frame; the receiver answers with a base frame (what it holds,
+// delta.go), or with a result frame if it refuses the MsgSnap; then the
+// body in chunk frames, an end frame with the byte count, and the
+// receiver's result frame once it has restored.
 func (t *TCPTransport) SendSnapshot(group GroupID, m raftpb.Message, body func(io.Writer) error, done func(error)) {
 	t.wg.Add(1)
 	go func() {
@@ -33,7 +36,14 @@ func (t *TCPTransport) sendSnapshot(group GroupID, m raftpb.Message, body func(i
 	if err := fw.message(group, &m); err != nil {
 		return err
 	}
-	cw := &chunkWriter{fw: &fw, group: group, buf: make([]byte, 0, snapshotChunk)}
+	if err := bw.Flush(); err != nil {
+		return err
+	}
+	base, ok, err := t.readBase(c, group)
+	if err != nil {
+		return err
+	}
+	cw := &chunkWriter{fw: &fw, group: group, buf: make([]byte, 0, snapshotChunk), base: base, hasBase: ok}
 	if err := body(cw); err != nil {
 		return fmt.Errorf("replication: while writing the snapshot: %w", err)
 	}
@@ -52,13 +62,42 @@ func (t *TCPTransport) sendSnapshot(group GroupID, m raftpb.Message, body func(i
 	if err != nil {
 		return fmt.Errorf("replication: waiting for the snapshot's result: %w", err)
 	}
-	if h.typ != frameSnapshotResult || len(result) == 0 {
+	if h.typ != frameSnapshotResult {
 		return fmt.Errorf("%w: snapshot result frame type %d", errFrame, h.typ)
 	}
-	if result[0] != 0 {
+	return snapshotResultErr(result)
+}
+
+// snapshotResultErr is the error a result frame's body reports.
+func snapshotResultErr(result []byte) error {
+	switch {
+	case len(result) == 0:
+		return fmt.Errorf("%w: empty snapshot result", errFrame)
+	case result[0] != 0:
 		return fmt.Errorf("%w: %s", ErrSnapshotRejected, result[1:])
 	}
 	return nil
+}
+
+// readBase reads the receiver's answer to the MsgSnap: its base, or the
+// result frame of a refusal (which it returns as the error).
+func (t *TCPTransport) readBase(c net.Conn, group GroupID) (SnapshotBase, bool, error) {
+	_ = c.SetReadDeadline(t.clock.Now().Add(snapshotIdle))
+	defer func() { _ = c.SetReadDeadline(time.Time{}) }()
+	fr := frameReader{r: c}
+	h, body, err := fr.next()
+	switch {
+	case err != nil:
+		return SnapshotBase{}, false, fmt.Errorf("replication: waiting for the snapshot receiver's base: %w", err)
+	case h.typ == frameSnapshotResult:
+		if err := snapshotResultErr(body); err != nil {
+			return SnapshotBase{}, false, err
+		}
+		return SnapshotBase{}, false, fmt.Errorf("%w: snapshot result before the data", errFrame)
+	case h.typ != frameSnapshotBase || h.group != group:
+		return SnapshotBase{}, false, fmt.Errorf("%w: frame type %d for %v opening %v's snapshot", errFrame, h.typ, h.group, group)
+	}
+	return decodeBase(body)
 }
 
 // deadlineWriter extends the write deadline before every write, so that a
@@ -74,13 +113,19 @@ func (d *deadlineWriter) Write(b []byte) (int, error) {
 	return d.w.Write(b)
 }
 
-// chunkWriter cuts the snapshot body into chunk frames.
+// chunkWriter cuts the snapshot body into chunk frames. It carries the
+// base the receiver announced (SnapshotBaseWriter).
 type chunkWriter struct {
-	fw    *frameWriter
-	group GroupID
-	buf   []byte
-	total int64
+	fw      *frameWriter
+	group   GroupID
+	buf     []byte
+	total   int64
+	base    SnapshotBase
+	hasBase bool
 }
+
+// ReceiverBase implements SnapshotBaseWriter.
+func (w *chunkWriter) ReceiverBase() (SnapshotBase, bool) { return w.base, w.hasBase }
 
 func (w *chunkWriter) Write(b []byte) (int, error) {
 	written := 0
@@ -127,8 +172,14 @@ func (t *TCPTransport) receiveSnapshot(c net.Conn, r io.Reader, from NodeID) err
 		return fmt.Errorf("%w: snapshot stream opened by %v with a %v", errFrame, from, m.Type)
 	}
 	cr := &chunkReader{fr: fr, group: h.group}
-	err = t.handler.HandleSnapshot(h.group, m, cr)
-	if err == nil {
+	var body io.Reader = cr
+	if berr := t.sendBase(c, h.group, m); berr != nil {
+		// No base was sent, so the sender sends no data: HandleSnapshot
+		// refuses m before it reads, as SnapshotBase did.
+		body, cr = errReader{berr}, nil
+	}
+	err = t.handler.HandleSnapshot(h.group, m, body)
+	if err == nil && cr != nil {
 		err = cr.finish()
 	}
 	result := []byte{0}
@@ -142,6 +193,28 @@ func (t *TCPTransport) receiveSnapshot(c net.Conn, r io.Reader, from NodeID) err
 	}
 	return err
 }
+
+// sendBase answers a stream's MsgSnap with the receiver's base (none
+// when the Handler is no SnapshotBaser). It returns the Handler's error
+// for a message it will refuse, without sending anything, or the write's.
+func (t *TCPTransport) sendBase(c net.Conn, group GroupID, m raftpb.Message) error {
+	var base SnapshotBase
+	var ok bool
+	if b, is := t.handler.(SnapshotBaser); is {
+		var err error
+		if base, ok, err = b.SnapshotBase(group, m); err != nil {
+			return err
+		}
+	}
+	_ = c.SetWriteDeadline(t.clock.Now().Add(writeTimeout))
+	fw := frameWriter{w: c}
+	return fw.frame(frameSnapshotBase, group, encodeBase(base, ok))
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
 
 type deadlineReader struct {
 	c net.Conn

@@ -154,7 +154,7 @@ func TestTCPLeaderLossWritesResumeWithinTwoSeconds(t *testing.T) {
 // waits until it has caught up, by snapshot, with a replica equal to the
 // leader's.
 func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) {
-	c := newTCPCluster(t, 8<<20, func(cfg *Config) { cfg.CompactionMargin = 8 })
+	c := newTCPCluster(t, 8<<20, func(cfg *Config) { cfg.CompactionMargin, cfg.RetainBytes = 8, -1 })
 	leader, ok := c.leader(5 * time.Second)
 	if !ok {
 		t.Fatal("no leader elected")

@@ -109,4 +109,45 @@
 // Runs cover the volume in order without gaps; all-zero blocks travel as
 // zero runs. The end run's offset field holds the CRC32C (Castagnoli) of
 // every byte before the end run.
+//
+// # Delta snapshot stream (little-endian)
+//
+// What the leader streams instead (delta.go) to a follower whose replica
+// holds every entry up to a base index (replication.SnapshotBase, which the
+// follower announced): only the ranges that entries after the base wrote,
+// trimmed or zeroed, as the leader's replica holds them now.
+//
+//	header                               runs, as above, then the end run
+//	offset size field
+//	     0    8 magic "BSLTVSNP"         runs ascend and never overlap, but
+//	     8    2 version (2)              may leave gaps: what they skip did
+//	    10    2 zero                     not change after the base; the end
+//	    12    4 block size               run is as above (CRC32C of every
+//	    16    8 volume size              byte before it, and the volume
+//	    24    8 base index               size)
+//	    32    4 identity length k (1..256)
+//	    36    4 zero
+//	    40    k identity (the replicas' SnapshotIdentity)
+//
+// The leader knows what changed from its change log (changes.go): per
+// applied entry, its index and byte range, in memory, coalesced where
+// writes continue one another, at most SetChangeLimit records (24 bytes
+// each). The ranges since the base are merged and read from the replica
+// an extent at a time. A trim or write-zeroes is a change like a write: its
+// range reads as zeroes and travels as a zero run, which the follower
+// applies with WriteZeroes, so what was trimmed meanwhile is deleted there
+// too. That is why no map of mapped blocks travels: a bitmap of a 1 TiB
+// volume's 4 KiB blocks is 32 MiB on every delta, and a per-segment
+// generation rule would need the store to keep the index of every block it
+// relocates; the change log costs the bytes written and 24 bytes per
+// record. Its limit is the price: a base older than its oldest record, or
+// any base after the leader restarted and before it applied an entry, or
+// replicas of different identities, get a whole snapshot.
+//
+// A delta is a valid snapshot for the same reason a whole one streamed
+// while entries apply is (replication.StateMachine): where no entry after
+// the base wrote, the follower's replica already agrees with the leader's,
+// and the follower applies every entry after the snapshot's index; a
+// delta cut short leaves its replica partly newer, which the next
+// snapshot, delta or whole, corrects the same way.
 package volume

@@ -52,14 +52,20 @@ func (v *Volume) Snapshot(w io.Writer) error {
 		}
 		off += n
 	}
-	if err := sw.flushZeroes(); err != nil {
+	return sw.end(size)
+}
+
+// end flushes the zero run in progress and writes the end run: the CRC32C
+// of everything before it and the volume's size.
+func (s *snapshotWriter) end(size int64) error {
+	if err := s.flushZeroes(); err != nil {
 		return err
 	}
 	end := make([]byte, snapRunSize)
 	end[0] = runEnd
-	binary.LittleEndian.PutUint64(end[8:], uint64(sw.crc.Sum32()))
+	binary.LittleEndian.PutUint64(end[8:], uint64(s.crc.Sum32()))
 	binary.LittleEndian.PutUint64(end[16:], uint64(size))
-	_, err := w.Write(end)
+	_, err := s.w.Write(end)
 	return err
 }
 
@@ -144,10 +150,12 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// Restore implements replication.StateMachine: it checks the stream's geometry against
-// the replica, writes every run (zero runs as WriteZeroes), checks the CRC
-// and that the runs covered the volume, and flushes the replica. On error the
-// replica is left partly restored (replication.StateMachine explains why that is safe).
+// Restore implements replication.StateMachine: it reads a whole snapshot
+// or a delta (delta.go), checks the stream's geometry against the replica,
+// writes every run (zero runs as WriteZeroes), checks the CRC and, for a
+// whole snapshot, that the runs covered the volume, and flushes the
+// replica. On error the replica is left partly restored
+// (replication.StateMachine explains why that is safe).
 func (v *Volume) Restore(r io.Reader, index uint64) error {
 	crc := crc32.New(castagnoliTable)
 	tr := io.TeeReader(r, crc)
@@ -155,23 +163,40 @@ func (v *Volume) Restore(r io.Reader, index uint64) error {
 	if _, err := io.ReadFull(tr, head); err != nil {
 		return fmt.Errorf("volume: snapshot header: %w", err)
 	}
+	if string(head[:8]) == snapMagic && binary.LittleEndian.Uint16(head[8:]) == deltaVersion {
+		return v.restoreDelta(tr, crc.Sum32, head, index)
+	}
 	if err := v.checkSnapshotHeader(head); err != nil {
 		return err
 	}
+	if err := v.restoreRuns(tr, crc.Sum32, false); err != nil {
+		return err
+	}
+	return v.finishRestore(index)
+}
+
+// restoreRuns writes the runs read from tr up to the end run, whose CRC it
+// checks against crc (the sum of everything read before it). Runs are in
+// order; with gaps they may leave ranges out (a delta), else they must
+// cover the volume.
+func (v *Volume) restoreRuns(tr io.Reader, crc func() uint32, gaps bool) error {
 	ctx := context.Background()
 	buf := make([]byte, 0, snapExtent)
 	run := make([]byte, snapRunSize)
 	for next := int64(0); ; {
-		sum := crc.Sum32()
+		sum := crc()
 		if _, err := io.ReadFull(tr, run); err != nil {
 			return fmt.Errorf("volume: snapshot run at %d: %w", next, err)
 		}
 		kind, off, n := run[0], int64(binary.LittleEndian.Uint64(run[8:])), int64(binary.LittleEndian.Uint64(run[16:]))
 		if kind == runEnd {
-			if size := v.Size(); uint32(off) != sum || off>>32 != 0 || n != size || next != size {
+			if size := v.Size(); uint32(off) != sum || off>>32 != 0 || n != size || (!gaps && next != size) {
 				return fmt.Errorf("%w: snapshot ends at %d of %d bytes, or its checksum is wrong", ErrCorrupt, next, size)
 			}
-			break
+			return nil
+		}
+		if gaps && off > next {
+			next = off
 		}
 		if err := v.checkRun(run, off, n, next); err != nil {
 			return err
@@ -181,11 +206,17 @@ func (v *Volume) Restore(r io.Reader, index uint64) error {
 		}
 		next = off + n
 	}
-	if err := v.local.Flush(ctx); err != nil {
+}
+
+// finishRestore makes a restored replica durable and records it as
+// holding every entry up to index; the change log starts again there.
+func (v *Volume) finishRestore(index uint64) error {
+	if err := v.local.Flush(context.Background()); err != nil {
 		return fmt.Errorf("volume: flushing the restored replica: %w", err)
 	}
 	v.applied.Store(index)
 	v.durable.Store(index)
+	v.changes.reset(index)
 	return nil
 }
 
@@ -193,6 +224,12 @@ func (v *Volume) checkSnapshotHeader(h []byte) error {
 	if string(h[:8]) != snapMagic || binary.LittleEndian.Uint16(h[8:]) != snapVersion {
 		return fmt.Errorf("%w: not a volume snapshot (version %d)", ErrCorrupt, binary.LittleEndian.Uint16(h[8:]))
 	}
+	return v.checkGeometry(h)
+}
+
+// checkGeometry checks a snapshot header's block and volume size against
+// the replica's.
+func (v *Volume) checkGeometry(h []byte) error {
 	bs, size := int(binary.LittleEndian.Uint32(h[12:])), int64(binary.LittleEndian.Uint64(h[16:]))
 	if bs != v.blockSize || size != v.Size() {
 		return fmt.Errorf("%w: snapshot of %d bytes in %d-byte blocks, replica has %d in %d", ErrCorrupt,
@@ -208,7 +245,7 @@ func (v *Volume) checkRun(run []byte, off, n, next int64) error {
 	switch {
 	case kind != runData && kind != runZeroes, !isZero(run[1:8]):
 		return fmt.Errorf("%w: snapshot run of kind %d", ErrCorrupt, kind)
-	case off != next || n <= 0 || n%bs != 0 || n > v.Size()-off:
+	case off != next || off%bs != 0 || n <= 0 || n%bs != 0 || n > v.Size()-off:
 		return fmt.Errorf("%w: snapshot run [%d, +%d) does not continue at %d", ErrCorrupt, off, n, next)
 	case kind == runData && n > snapExtent:
 		return fmt.Errorf("%w: snapshot data run of %d bytes", ErrCorrupt, n)

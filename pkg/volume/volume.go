@@ -40,7 +40,9 @@ type Volume struct {
 	durable   atomic.Uint64 // highest index whose effect local made durable (Flush)
 	closed    atomic.Bool
 	counters  Counters
-	stage     Stager // local, when it stages by reference (staged.go); else nil
+	stage     Stager                 // local, when it stages by reference (staged.go); else nil
+	changes   *changeLog             // what applied entries changed, for delta snapshots (changes.go)
+	identity  atomic.Pointer[[]byte] // SnapshotIdentity (delta.go)
 }
 
 var (
@@ -58,6 +60,7 @@ var (
 // the error and g stays without a state machine.
 func New(g *replication.Group, local backend.Backend) (*Volume, error) {
 	v := newVolume(local, g.Host().Clock())
+	v.SetSnapshotIdentity(defaultIdentity(g.ID()))
 	v.group.Store(g)
 	if err := g.Attach(v); err != nil {
 		return nil, fmt.Errorf("volume: starting %v: %w", g.ID(), err)
@@ -70,6 +73,7 @@ func New(g *replication.Group, local backend.Backend) (*Volume, error) {
 // error the group is not added.
 func Add(h *replication.Host, id replication.GroupID, members []replication.NodeID, local backend.Backend) (*Volume, error) {
 	v := newVolume(local, h.Clock())
+	v.SetSnapshotIdentity(defaultIdentity(id))
 	g, err := h.AddGroup(id, members, v)
 	if err != nil {
 		return nil, err
@@ -83,7 +87,7 @@ func Add(h *replication.Host, id replication.GroupID, members []replication.Node
 // newVolume returns a Volume over local bound to no group: its I/O fails
 // with replication.ErrStopped until it is.
 func newVolume(local backend.Backend, clk clock.Clock) *Volume {
-	v := &Volume{local: local, clock: clk, blockSize: local.BlockSize(), stage: stagerOf(local)}
+	v := &Volume{local: local, clock: clk, blockSize: local.BlockSize(), stage: stagerOf(local), changes: newChangeLog()}
 	v.size.Store(local.Size())
 	return v
 }
@@ -306,6 +310,7 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("volume: applying a %v at %d: %w", o.kind, o.offset, err)
 	}
+	v.changes.record(index, o.offset, o.length)
 	v.applied.Store(index)
 	return nil
 }
