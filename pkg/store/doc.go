@@ -320,4 +320,19 @@
 // onto a replacement drive (ReplaceDrive) or, without one, by re-striping
 // every segment that used the lost slot. Losses beyond parity give
 // backend.ErrMedia.
+//
+// Open marks failed every drive that is missing, unreadable or carries
+// another drive's superblock, and opens degraded; it refuses
+// (ErrTooManyLost) when more slots are lost (failed and not evacuated)
+// than the parity covers, and then records nothing. The background
+// rebuild (StartRebuilder, rebuild_background.go) runs a Rebuild pass
+// whenever a slot is failed or rebuilding: at start, after every failure
+// and every replacement (a pass in progress is stopped and planned again),
+// and again a minute after a pass that failed. It paces its drive I/O at
+// RebuildOptions.BytesPerSecond on the store's clock, and RebuildStatus
+// reports its progress. What a pass did stays done: a segment re-striped
+// holds no live block any more, and after each segment rebuilt onto a
+// replacement (synced) the slot's record keeps RebuiltSegments, the
+// segment ID below which every segment is done, so a pass after a restart
+// starts there.
 package store
