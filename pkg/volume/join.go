@@ -11,6 +11,7 @@ import (
 // is the new, empty replica.
 func Join(h *replication.Host, id replication.GroupID, peers []replication.NodeID, local backend.Backend) (*Volume, error) {
 	v := newVolume(local, h.Clock())
+	v.SetSnapshotIdentity(defaultIdentity(id))
 	g, err := h.JoinGroup(id, peers, v)
 	if err != nil {
 		return nil, err
