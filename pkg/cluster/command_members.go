@@ -35,7 +35,9 @@ func (c *Command) validateMembers() error {
 			return fmt.Errorf("%w: node state %q: want %s, %s, %s or %s", ErrInvalid, c.State,
 				NodeActive, NodeMaintenance, NodeDraining, NodeOut)
 		}
-		fallthrough
+		if c.NodeID == 0 {
+			return fmt.Errorf("%w: %s without a node", ErrInvalid, c.Op)
+		}
 	case OpReplaceNode:
 		if c.NodeID == 0 || len(c.Nodes) != 1 || c.Nodes[0] == c.NodeID {
 			return fmt.Errorf("%w: replace_node needs the old node and one other new node", ErrInvalid)
