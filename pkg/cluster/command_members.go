@@ -193,6 +193,9 @@ func (s *State) replaceNode(old, new NodeID) (Result, error) {
 		if len(base) == 0 {
 			base = v.Replicas
 		}
+		if !slices.Contains(base, old) {
+			continue // already moving off old
+		}
 		want := slices.DeleteFunc(slices.Clone(base), func(id NodeID) bool { return id == old })
 		v.Want = sortedIDs(append(want, new))
 	}
