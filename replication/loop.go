@@ -37,6 +37,9 @@ type core struct {
 	// stepped since (checkStep).
 	logFloor uint64
 
+	// heard is the tick at which each peer's last message was stepped
+	// (membership.go, recentlyHeard).
+	heard     map[uint64]uint64
 	ticks     uint64 // ticks since the loop started
 	term      uint64
 	lead      uint64
@@ -81,6 +84,7 @@ func newCore(g *Group, sm StateMachine) (*core, error) {
 		nextProposalID: h.incarnation << 40,
 		pending:        make(map[uint64]*proposal),
 		snapshotsOut:   make(map[uint64]uint64),
+		heard:          make(map[uint64]uint64),
 		smApplied:      sm.AppliedIndex(),
 	}
 	c.applied = c.s.snapIndex
@@ -136,6 +140,7 @@ func (c *core) step(m raftpb.Message) error {
 	if err := c.checkStep(&m); err != nil {
 		return err
 	}
+	c.heard[m.From] = c.ticks
 	if c.voteDelayed(m) || c.voteBelowFloor(m) { // tombstone.go
 		c.stats.dropped++
 		return nil

@@ -8,7 +8,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 )
 
 // Membership change (doc.go, "Membership change"). A group's configuration
@@ -250,15 +249,24 @@ func (c *core) checkSafeChange(cc raftpb.ConfChangeV2) error {
 		return nil // learners only: the quorum is unchanged
 	}
 	live := 0
-	c.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-		if slices.Contains(voters, id) && (id == c.self || pr.RecentActive) {
+	for _, id := range voters {
+		if id == c.self || c.recentlyHeard(id) {
 			live++
 		}
-	})
+	}
 	if live < len(voters)/2+1 {
 		return fmt.Errorf("%w: %d of the %d voters after it answered recently", ErrUnsafeChange, live, len(voters))
 	}
 	return nil
+}
+
+// recentlyHeard reports whether a message from peer id was stepped within
+// the last election timeout. Raft's own Progress.RecentActive is cleared
+// for every peer at each quorum check and so reads false for a while after
+// it, whatever the peer does.
+func (c *core) recentlyHeard(id uint64) bool {
+	t, ok := c.heard[id]
+	return ok && c.ticks-t <= uint64(c.h.cfg.ElectionTicks)
 }
 
 // onConfApplied completes the waiters of the change applied at e, and those

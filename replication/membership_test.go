@@ -12,7 +12,9 @@ import (
 
 	"basalt/pkg/pmem"
 
+	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // startJoiner starts a fourth node id that joins group 1 with peers as the
@@ -185,5 +187,53 @@ func TestChangeMembersRefusesWhatRaftCannotDo(t *testing.T) {
 	}
 	if m := g.Members(); !slices.Equal(m.Learners, []NodeID{4}) {
 		t.Fatalf("learners after the changes %v, want [node4]", m.Learners)
+	}
+}
+
+// TestVoterChangeRightAfterAQuorumCheck: Raft clears every peer's
+// RecentActive at each quorum check (once per election timeout), so a
+// live-majority check on it refuses a sound change for a while after each
+// check. ChangeMembers counts a peer live when it was heard within the last
+// election timeout instead: at the moment Raft's flags are all clear, adding
+// a voter to a healthy group is accepted.
+func TestVoterChangeRightAfterAQuorumCheck(t *testing.T) {
+	c := newSimCluster(t, 11, nil)
+	c.startAll()
+	leader := c.leader()
+	if err := c.write(leader, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	g := c.vols[leader].Group()
+	cleared := func() bool {
+		all := make(chan bool, 1)
+		g.exec(func(co *core) {
+			ok := true
+			co.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+				ok = ok && (id == co.self || !pr.RecentActive)
+			})
+			all <- ok
+		})
+		c.settle()
+		return <-all
+	}
+	for range 1000 {
+		if cleared() {
+			break
+		}
+		c.clock.Advance(time.Millisecond)
+		c.settle()
+	}
+	if !cleared() {
+		t.Fatal("Raft's RecentActive flags never all cleared")
+	}
+	result := make(chan error, 1)
+	g.exec(func(co *core) {
+		co.proposeConfChange(raftpb.ConfChangeV2{Changes: []raftpb.ConfChangeSingle{
+			{Type: raftpb.ConfChangeAddNode, NodeID: 4}}, Transition: raftpb.ConfChangeTransitionAuto},
+			func(err error) { result <- err })
+	})
+	c.runUntil(5*time.Second, "the change answers", func() bool { return len(result) == 1 })
+	if err := <-result; err != nil {
+		t.Fatalf("adding a voter to a healthy group right after a quorum check: %v", err)
 	}
 }

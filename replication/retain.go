@@ -114,7 +114,7 @@ func (c *core) catchingUpBehind() uint64 { return c.h.cfg.CompactionMargin }
 // progress, how far it lags, and the snapshot streaming to it.
 func (c *core) peerStatus(id uint64, pr tracker.Progress, last uint64) PeerStatus {
 	p := PeerStatus{Node: NodeID(id), Match: pr.Match, Next: pr.Next, State: progressState(pr.State),
-		RecentActive: pr.RecentActive}
+		RecentActive: pr.RecentActive || c.recentlyHeard(id)}
 	if last > pr.Match {
 		p.Behind = last - pr.Match
 	}
