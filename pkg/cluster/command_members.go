@@ -50,8 +50,14 @@ func (c *Command) validateMembers() error {
 		if err := ValidateVolumeName(c.Volume); err != nil {
 			return err
 		}
-		if len(c.Nodes) == 0 || len(c.Nodes) > MaxReplicationFactor {
-			return fmt.Errorf("%w: %s with %d nodes: want 1..%d", ErrInvalid, c.Op, len(c.Nodes), MaxReplicationFactor)
+		most := MaxReplicationFactor
+		if c.Op == OpReplicasChanged {
+			// A leader that leaves promotes the new voters before it
+			// hands over: the old and the new replicas, for a while.
+			most = 2 * MaxReplicationFactor
+		}
+		if len(c.Nodes) == 0 || len(c.Nodes) > most {
+			return fmt.Errorf("%w: %s with %d nodes: want 1..%d", ErrInvalid, c.Op, len(c.Nodes), most)
 		}
 		if dupIDs(c.Nodes) || dupIDs(c.Learners) {
 			return fmt.Errorf("%w: %s names a node twice", ErrInvalid, c.Op)
