@@ -36,6 +36,8 @@ func TestMemberCommandsValidate(t *testing.T) {
 		{Op: OpReplaceNode, NodeID: 2, Nodes: []NodeID{4}},
 		{Op: OpMoveReplicas, Volume: "a", ID: 2, Nodes: []NodeID{1, 2, 3}},
 		{Op: OpReplicasChanged, Volume: "a", ID: 2, Nodes: []NodeID{1, 2}, Learners: []NodeID{3}},
+		// A leader that leaves has the old and the new voters for a while.
+		{Op: OpReplicasChanged, Volume: "a", ID: 2, Nodes: []NodeID{1, 2, 3, 4, 5, 6}},
 	}
 	for _, c := range ok {
 		if err := c.Validate(); err != nil {
@@ -62,6 +64,7 @@ func TestMemberCommandsValidate(t *testing.T) {
 		{"move to no node", Command{Op: OpMoveReplicas, Volume: "a"}},
 		{"move to four nodes", Command{Op: OpMoveReplicas, Volume: "a", Nodes: []NodeID{1, 2, 3, 4}}},
 		{"move naming a node twice", Command{Op: OpMoveReplicas, Volume: "a", Nodes: []NodeID{1, 2, 1}}},
+		{"changed with seven voters", Command{Op: OpReplicasChanged, Volume: "a", Nodes: []NodeID{1, 2, 3, 4, 5, 6, 7}}},
 		{"changed with a learner twice", Command{Op: OpReplicasChanged, Volume: "a", Nodes: []NodeID{1}, Learners: []NodeID{3, 3}}},
 	}
 	for _, tt := range bad {
@@ -196,6 +199,13 @@ func TestJoinNodeAssignsIncreasingIDsNeverReused(t *testing.T) {
 	}
 	if res := applyOK(t, m2, join(6)); res.Node.ID != 11 {
 		t.Fatalf("join after node10 was removed and the state restored: got %v, want node11", res.Node.ID)
+	}
+	// A node that registered (never joined) and was removed: its ID
+	// stays used too.
+	applyOK(t, m2, register(20))
+	applyOK(t, m2, Command{Op: OpRemoveNode, NodeID: 20})
+	if res := applyOK(t, m2, join(7)); res.Node.ID != 21 {
+		t.Fatalf("join after node20 registered and was removed: got %v, want node21", res.Node.ID)
 	}
 }
 
