@@ -45,6 +45,11 @@ type Config struct {
 	// metadata leader marks it out and re-replicates what it held
 	// (heal.go). Default DefaultDownOutInterval.
 	DownOutInterval time.Duration
+	// JoinMetadata, for a node that joined a running cluster, are the
+	// metadata group's voters when it joined: it starts the group as a new
+	// member that hears from them until the leader adds it (nil: an initial
+	// member, which bootstraps the group with every peer).
+	JoinMetadata []NodeID
 	// SetPeer, if set, tells the Raft transport a node's address when the
 	// metadata learns or changes it (a node that joined).
 	SetPeer func(id NodeID, raftAddr string)
@@ -92,6 +97,9 @@ func Start(cfg Config) (*Cluster, error) {
 		members = append(members, p.ID)
 	}
 	slices.Sort(members)
+	if len(cfg.JoinMetadata) > 0 {
+		members = slices.Clone(cfg.JoinMetadata)
+	}
 	meta, err := cfg.Replicator.StartMetadata(members, cfg.Machine)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: while starting the metadata group: %w", err)

@@ -21,6 +21,10 @@ const (
 	OpReplaceNode     Op = "replace_node"     // NodeID (old), Nodes ([new]): drain old into new
 )
 
+// MaxNodeID is the largest node ID a join hands out (the configuration's
+// limit, config.MaxNodeID: each node has a controller-ID range of its own).
+const MaxNodeID = 64
+
 // validateMembers checks the membership commands' fields.
 func (c *Command) validateMembers() error {
 	switch c.Op {
@@ -167,8 +171,14 @@ func (s *State) joinNode(req *Node) (Result, error) {
 	for _, n := range s.Nodes {
 		id = max(id, n.ID+1)
 	}
+	for _, r := range s.Removed {
+		id = max(id, r+1)
+	}
 	if id == 0 {
 		id = 1
+	}
+	if id > MaxNodeID {
+		return Result{}, fmt.Errorf("%w: node IDs go up to %d and the next free one is %d", ErrNoCapacity, MaxNodeID, id)
 	}
 	n := *req
 	n.ID, n.State = id, NodeActive
@@ -224,6 +234,9 @@ func (s *State) removeNode(id NodeID) (Result, error) {
 	}
 	delete(s.Nodes, id)
 	s.NextNode = max(s.NextNode, id+1) // IDs are never reused
+	if !slices.Contains(s.Removed, id) {
+		s.Removed = append(s.Removed, id)
+	}
 	return Result{}, nil
 }
 

@@ -22,7 +22,11 @@ const DefaultDownOutInterval = 10 * time.Minute
 //   - gives every volume with a replica on a node that is out, draining or
 //     gone a Want that replaces it (placement.go), unless a move that is
 //     still possible is in progress;
-//   - logs, once per cause, a volume that cannot be re-replicated and why.
+//   - logs, once per cause, a volume that cannot be re-replicated and why;
+//   - keeps the metadata group's members in step with the nodes
+//     (meta_members.go) and, once no volume needs healing, moves replicas
+//     one at a time from the fullest serving node to the emptiest (a node
+//     that joined fills up).
 //
 // The time a node was last seen lives in the leader's memory only: a new
 // metadata leader starts every node's clock afresh, which can only delay a
@@ -87,11 +91,17 @@ func (h *healer) pass(ctx context.Context) {
 			}
 		}
 	}
-	h.replace(ctx, h.c.m.State())
+	s = h.c.m.State()
+	h.metaMembers(ctx, s)
+	if h.replace(ctx, s) {
+		h.rebalance(ctx, s)
+	}
 }
 
-// replace sets a Want for every volume with a replica to move.
-func (h *healer) replace(ctx context.Context, s *State) {
+// replace sets a Want for every volume with a replica to move, and
+// reports whether every volume has a healthy home (so rebalancing may run).
+func (h *healer) replace(ctx context.Context, s *State) (settled bool) {
+	settled = true
 	for _, v := range s.VolumeList() {
 		if len(v.Want) > 0 && s.wantHealthy(v) {
 			continue
@@ -99,6 +109,7 @@ func (h *healer) replace(ctx context.Context, s *State) {
 		want, err := s.wantFor(v)
 		if err != nil {
 			h.logStuck(v, err.Error())
+			settled = false
 			continue
 		}
 		if want == nil || slices.Equal(want, v.Want) {
@@ -106,11 +117,13 @@ func (h *healer) replace(ctx context.Context, s *State) {
 			continue
 		}
 		delete(h.stuck, v.ID)
+		settled = false
 		h.c.log.Info("re-replicating volume", "volume", v.Name, "replicas", v.Replicas, "want", want)
 		if err := h.submit(ctx, Command{Op: OpMoveReplicas, Volume: v.Name, ID: v.ID, Nodes: want}); err != nil {
-			return
+			return false
 		}
 	}
+	return settled
 }
 
 func (h *healer) logStuck(v *Volume, why string) {

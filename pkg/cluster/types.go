@@ -201,6 +201,9 @@ type State struct {
 	// NextNode is at least the ID the next joining node gets (IDs of
 	// removed nodes are never reused); 0 before any node joined.
 	NextNode NodeID `json:"next_node,omitempty"`
+	// Removed are the nodes removed from the cluster: the metadata leader
+	// takes them out of the metadata group, and they never come back.
+	Removed []NodeID `json:"removed,omitempty"`
 }
 
 // NewState returns an empty state.
@@ -210,7 +213,7 @@ func NewState() *State {
 
 func (s *State) clone() *State {
 	c := &State{Nodes: make(map[NodeID]*Node, len(s.Nodes)), Volumes: make(map[string]*Volume, len(s.Volumes)),
-		NextGroup: s.NextGroup, NextNode: s.NextNode}
+		NextGroup: s.NextGroup, NextNode: s.NextNode, Removed: slices.Clone(s.Removed)}
 	for id, n := range s.Nodes {
 		nc := *n
 		c.Nodes[id] = &nc

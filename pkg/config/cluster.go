@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -90,6 +91,14 @@ type Cluster struct {
 	// ElectionTicks and HeartbeatTicks are in RaftTicks. Defaults 10, 1.
 	ElectionTicks  int `toml:"election_ticks"`
 	HeartbeatTicks int `toml:"heartbeat_ticks"`
+	// Join is the API address (host:port) of any member of a running
+	// cluster that this new node joins (basaltctl node add prints the
+	// configuration): on its first start the node asks that member for an
+	// ID, the cluster's UUID and its members, records them in
+	// <data_dir>/cluster-join.json, and catches up as a learner of the
+	// metadata group. node_id and the peers are then not needed; raft_listen,
+	// api_listen and nvme.advertise must be addresses the others reach.
+	Join string `toml:"join"`
 	// Zone is this node's failure domain (a rack, a room): a volume's
 	// replicas go to distinct zones when the cluster has enough. Empty:
 	// a zone of its own.
@@ -306,17 +315,31 @@ func (c *Config) validateCluster() []error {
 	if c.Node.DataDir == "" {
 		add("node.data_dir is required in a cluster (metadata and replicas live there)")
 	}
-	if cl.NodeID < 1 || cl.NodeID > MaxNodeID {
+	joining := cl.Join != "" && cl.NodeID == 0
+	if !joining && (cl.NodeID < 1 || cl.NodeID > MaxNodeID) {
 		add("cluster.node_id %d: want 1..%d", cl.NodeID, MaxNodeID)
 	}
-	if c.NVMe.PortID != uint16(cl.NodeID) {
+	if !joining && c.NVMe.PortID != uint16(cl.NodeID) {
 		add("nvme.port_id %d: in a cluster the port ID is the node ID (%d); leave it unset", c.NVMe.PortID, cl.NodeID)
+	}
+	if cl.Join != "" && cl.Bootstrap {
+		add("cluster.join and cluster.bootstrap exclude each other: a node either forms the cluster or joins one")
+	}
+	if joining {
+		if _, _, err := net.SplitHostPort(cl.Join); err != nil {
+			add("cluster.join %q: want the host:port of a member's API: %v", cl.Join, err)
+		}
+		if c.NVMe.Advertise == "" {
+			add("a joining node needs nvme.advertise, the address hosts connect to")
+		}
 	}
 	if cl.Bootstrap && cl.InitialClusterID.IsZero() {
 		add("cluster.bootstrap needs cluster.initial_cluster_id: one UUID (uuidgen makes one), " +
 			"the same on every initial member")
 	}
-	errs = append(errs, validatePeers(cl)...)
+	if !joining {
+		errs = append(errs, validatePeers(cl)...)
+	}
 	for what, a := range map[string]string{"cluster.raft_listen": cl.RaftListen, "cluster.api_listen": cl.APIListen} {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			add("%s %q: %v", what, a, err)
@@ -370,4 +393,29 @@ func validatePeers(cl *Cluster) []error {
 		errs = append(errs, fmt.Errorf("cluster.peer: no entry for this node (id %d): list every node, this one included", cl.NodeID))
 	}
 	return errs
+}
+
+// AdoptJoin makes c the configuration of node id of a cluster it joined:
+// its ID, port ID and controller-ID range, the cluster's UUID and its
+// members as peers (this node among them, with its own addresses).
+func (c *Config) AdoptJoin(id uint64, clusterID identity.ClusterUUID, peers []Peer) error {
+	cl := c.Cluster
+	if id < 1 || id > MaxNodeID {
+		return fmt.Errorf("config: the cluster gave this node ID %d, outside 1..%d", id, MaxNodeID)
+	}
+	cl.NodeID, cl.InitialClusterID = id, clusterID
+	cl.Peers = append([]Peer(nil), peers...)
+	if c.NVMe.PortID == 0 {
+		c.NVMe.PortID = uint16(id)
+	}
+	if c.NVMe.CNTLIDMin == 0 && c.NVMe.CNTLIDMax == 0 {
+		c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax = CNTLIDRange(id)
+	}
+	if c.Node.Name == "" {
+		c.Node.Name = fmt.Sprintf("node%d", id)
+	}
+	if errs := validatePeers(cl); len(errs) > 0 {
+		return fmt.Errorf("config: the members the cluster named: %w", errors.Join(errs...))
+	}
+	return nil
 }

@@ -45,6 +45,10 @@ type clusterParts struct {
 	apiLn          net.Listener
 	apiOnce        sync.Once
 	apiErr         error
+	// join is the record of the cluster this node joined (join.go), nil
+	// for an initial member; stamp is the identity it runs with.
+	join  *joinRecord
+	stamp identity.Stamp
 }
 
 // startCluster starts a cluster node; on error everything opened so far is
@@ -60,6 +64,9 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	}()
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data directory: %w", err)
+	}
+	if cp.join, err = joinIfNew(cfg, log); err != nil { // join.go: a new node gets its ID first
+		return n, err
 	}
 	if err := cp.openState(cfg, log); err != nil {
 		return n, err
@@ -103,6 +110,7 @@ func (cp *clusterParts) openState(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cp.stamp = stamp
 	if err := cp.openStore(cfg, log, stamp); err != nil {
 		return err
 	}
@@ -265,6 +273,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		Unwrap: func(v *cluster.Volume) { cp.metrics.ForgetVolume(v.Name) },
 		Clock:  clock.Real(), Logger: log.With("part", "cluster"),
 		DownOutInterval: time.Duration(cl.DownOutInterval),
+		JoinMetadata:    cp.joinVoters(),
 		SetPeer:         func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
 	})
 	return err
@@ -277,7 +286,8 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 		return fmt.Errorf("node: API listen %s: %w", cfg.Cluster.APIListen, err)
 	}
 	cp.apiLn = ln
-	acfg := api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api")}
+	acfg := api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api"),
+		ClusterID: func() string { return cp.stamp.Cluster.String() }}
 	if cp.scrub != nil {
 		acfg.Scrub = func() *api.ScrubView { return scrubView(cp.scrub) }
 	}

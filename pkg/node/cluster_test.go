@@ -186,7 +186,7 @@ func TestClusterNodeRefusesToJoinWithoutBootstrap(t *testing.T) {
 		n.Close()
 		t.Fatal("a node without state and without bootstrap started")
 	}
-	if !errors.Is(err, ErrNoState) || !strings.Contains(err.Error(), "joining an existing cluster is not supported yet") {
+	if !errors.Is(err, ErrNoState) || !strings.Contains(err.Error(), "set cluster.join") {
 		t.Errorf("refusal: %v", err)
 	}
 }

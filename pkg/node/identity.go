@@ -42,8 +42,9 @@ import (
 //     the bootstrap leaves;
 //   - nothing at all (perhaps the stamps of a bootstrap interrupted before
 //     the metadata group existed): bootstrapped if cluster.bootstrap is set,
-//     with cluster.initial_cluster_id and a new node UUID, else refused
-//     (ErrNoState: joining is not supported yet);
+//     with cluster.initial_cluster_id and a new node UUID; stamped with the
+//     cluster's UUID and a new node UUID if the node joined a running
+//     cluster (cluster.join, join.go); else refused (ErrNoState);
 //   - a log with the metadata group and metadata that has applied what the
 //     log no longer holds, all stamped alike: started;
 //   - the same, written before stamps existed (none of them stamped, or a
@@ -258,9 +259,15 @@ func (st *nodeState) decide(cl *config.Cluster) (plan, error) {
 		if st.metaHas || (!st.logStamped && st.hasData()) {
 			return plan{}, st.lostLog(k)
 		}
+		if cl.Join != "" && !cl.InitialClusterID.IsZero() {
+			// A node that joined (join.go): it stamps its empty state with
+			// the cluster's UUID and a new node UUID, and bootstraps nothing.
+			return plan{stamp: identity.Stamp{Cluster: cl.InitialClusterID, Node: cmpNode(k.Node)},
+				stampLog: !st.logStamped, stampMeta: !st.metaStamped}, nil
+		}
 		if !cl.BootstrapEnabled() {
-			return plan{}, fmt.Errorf("%w: joining an existing cluster is not supported yet; "+
-				"set bootstrap = true and the same initial_cluster_id on every initial member", ErrNoState)
+			return plan{}, fmt.Errorf("%w: set cluster.join to a member's API address to join a running cluster, "+
+				"or bootstrap = true and the same initial_cluster_id on every initial member to form one", ErrNoState)
 		}
 		stamp := identity.Stamp{Cluster: cl.InitialClusterID, Node: k.Node}
 		if stamp.Node.IsZero() {
@@ -281,6 +288,14 @@ func (st *nodeState) decide(cl *config.Cluster) (plan, error) {
 		return plan{stamp: k}, nil
 	}
 	return st.adopt(k, cl)
+}
+
+// cmpNode returns u, or a new node UUID if u is zero.
+func cmpNode(u identity.NodeUUID) identity.NodeUUID {
+	if u.IsZero() {
+		return identity.NewNodeUUID()
+	}
+	return u
 }
 
 // adopt stamps state that has its Raft log and metadata but not (all of)

@@ -98,7 +98,7 @@ func TestDecide(t *testing.T) {
 			st.store.Formatted, st.store.Stamp = false, identity.Stamp{}
 		}, err: ErrLostMetadata, words: []string{"the drives /d0, /d1 hold the store of", "has no record of it"}},
 		{name: "empty, no bootstrap", edit: empty, err: ErrNoState,
-			words: []string{"joining an existing cluster is not supported yet"}},
+			words: []string{"set cluster.join"}},
 		{name: "empty, bootstrap", edit: empty, bootstrap: true, initial: cid,
 			want: plan{stamp: identity.Stamp{Cluster: cid}, stampLog: true, stampMeta: true, bootstrap: true}},
 		{name: "bootstrap interrupted after the stamps", edit: func(st *nodeState) {

@@ -23,7 +23,11 @@ func toReplIDs(ids []cluster.NodeID) []replication.NodeID {
 }
 
 func (r raftReplicator) StartMetadata(members []cluster.NodeID, m *cluster.Machine) (cluster.Group, error) {
-	g, err := r.h.AddGroup(replication.GroupID(cluster.MetadataGroup), toReplIDs(members), m)
+	add := r.h.AddGroup
+	if r.joins(members) {
+		add = r.h.JoinGroup // a node that joined: members are the voters it hears from
+	}
+	g, err := add(replication.GroupID(cluster.MetadataGroup), toReplIDs(members), m)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ type workload struct {
 	wrote   []time.Time // completion times of successful writes
 	lat     []latency
 	failed  int
+	errs    []string // the first failures, with when they happened
 	corrupt []string
 	nextID  int
 }
@@ -111,6 +112,9 @@ func (w *workload) writeWith(ctx context.Context, write func(context.Context, ui
 		// The write may or may not have happened, at any time after its call.
 		op.Output, op.Return = regOutput{version: version, unknown: true}, math.MaxInt64
 		w.failed++
+		if len(w.errs) < 10 {
+			w.errs = append(w.errs, fmt.Sprintf("%v: %v", time.Since(w.epoch).Round(time.Millisecond), err))
+		}
 	} else {
 		w.wrote = append(w.wrote, end)
 		w.lat = append(w.lat, latency{at: end, d: end.Sub(start), write: true})
@@ -129,6 +133,9 @@ func (w *workload) read(ctx context.Context, client int, lba uint64) (uint64, er
 	defer w.mu.Unlock()
 	if err != nil {
 		w.failed++
+		if len(w.errs) < 10 {
+			w.errs = append(w.errs, fmt.Sprintf("%v: %v", time.Since(w.epoch).Round(time.Millisecond), err))
+		}
 		return 0, err
 	}
 	v, verr := versionOf(buf, lba)
@@ -269,4 +276,11 @@ func seqLBAs(n int) []uint64 {
 		out[i] = uint64(i)
 	}
 	return out
+}
+
+// firstErrors returns the first failures the clients saw.
+func (w *workload) firstErrors() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.errs)
 }
