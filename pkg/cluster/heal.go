@@ -112,6 +112,12 @@ func (h *healer) replace(ctx context.Context, s *State) (settled bool) {
 			settled = false
 			continue
 		}
+		if want == nil && len(v.Want) > 0 {
+			// The move's target went out or draining and the replicas are
+			// all fine where they are: cancel it (Want = Replicas; a learner
+			// added for it is removed).
+			want = v.Replicas
+		}
 		if want == nil || slices.Equal(want, v.Want) {
 			delete(h.stuck, v.ID)
 			continue

@@ -339,3 +339,20 @@ func TestHealerLogsAVolumeItCannotHealOnce(t *testing.T) {
 		t.Fatalf("after node4 joined: Want %v, want [1 2 4]", got)
 	}
 }
+
+// TestHealerCancelsAMoveWhoseTargetWentOut: the replicas are all fine, but
+// the node a move was heading to went out: the move is cancelled (Want =
+// Replicas) instead of waiting for ever, which would also keep the node
+// from being removed.
+func TestHealerCancelsAMoveWhoseTargetWentOut(t *testing.T) {
+	f := newHealFixture(t, register(1), register(2), register(3), register(4), register(5), create("a", 3))
+	keep, v, spares := fiveNodes(t, f)
+	a := f.m.State().Volumes["a"]
+	moving := sortedIDs(append(slices.Clone(keep), spares[0]))
+	applyOK(t, f.m, moveTo(a, moving...))
+	applyOK(t, f.m, setState(spares[0], NodeOut))
+	f.pass(time.Second)
+	if got := f.m.State().Volumes["a"].Want; len(got) != 0 {
+		t.Fatalf("a moving off %v to %v, which went out: Want %v, want the move cancelled", v, spares[0], got)
+	}
+}

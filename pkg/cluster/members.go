@@ -185,8 +185,8 @@ func planMove(v *Volume, m Membership, st GroupStatus, self NodeID) (changes []M
 		}
 	}
 	for _, id := range m.Learners {
-		if st.Progress[id]+catchUpSlack < st.Commit {
-			return nil, 0 // still catching up
+		if st.Progress[id] == 0 || st.Progress[id]+catchUpSlack < st.Commit {
+			return nil, 0 // still catching up (or has acknowledged nothing yet)
 		}
 	}
 	for _, id := range m.Learners {
