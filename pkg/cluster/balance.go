@@ -229,11 +229,13 @@ type balancer struct {
 	last map[GroupID]time.Time
 }
 
-// balance runs at the end of each reconcile pass (once the metadata has
-// caught up): each local volume this node leads moves to its preferred
+// balance runs at the end of each reconcile pass: each local volume this node leads moves to its preferred
 // leader when that node has caught up, or, when this node is in
 // maintenance or draining, to any caught-up serving voter; at most
-// maxTransfersPerPass transfers are started.
+// maxTransfersPerPass transfers are started. It acts on this node's
+// metadata as applied, even before it is known to have caught up: a
+// transfer chosen from stale metadata moves a leadership to another voter
+// or, to a node no longer a member, is ignored by Raft.
 func (r *reconciler) balance(s *State) {
 	b := &r.bal
 	if b.since == nil {
@@ -249,9 +251,6 @@ func (r *reconciler) balance(s *State) {
 		if r.vols[id] == nil {
 			delete(b.last, id)
 		}
-	}
-	if !r.isFresh {
-		return
 	}
 	leaving := s.Nodes[self] != nil && !s.Nodes[self].Serves()
 	pref := PreferredLeaders(s)
