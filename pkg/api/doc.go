@@ -22,6 +22,12 @@
 //	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild
 //	POST    /v1/drives/{slot}/fail                 DrivesView; the drive is taken out, rebuilt around
 //	POST    /v1/drives/{slot}/replace              202 DrivesView; body {"path"}; rebuild starts
+//	POST    /v1/nodes/{id}/drain                   cluster.Node; leaderships, then replicas, leave it
+//	POST    /v1/nodes/{id}/maintenance             cluster.Node; it leads nothing, is never marked out
+//	POST    /v1/nodes/{id}/activate                cluster.Node; active again
+//	POST    /v1/nodes/{id}/replace                 202 cluster.Node; body {"with"}; its replicas move there
+//	DELETE  /v1/nodes/{id}                         204; refused (400) while it holds a replica
+//	POST    /v1/nodes/join                         201 JoinView; body JoinRequest (a new basaltd)
 //	POST    /v1/internal/commands                  cluster.Result; nodes forward changes here
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //
