@@ -429,3 +429,51 @@ func TestNoTransferWithoutProgress(t *testing.T) {
 		t.Fatalf("%d transfers to members not known to be caught up", n)
 	}
 }
+
+// TestALeaderInMaintenanceHandsItsVolumesOff: once its node is put in
+// maintenance, a leader hands each volume to a caught-up serving voter at
+// once (no hold), and the others do not give them back.
+func TestALeaderInMaintenanceHandsItsVolumesOff(t *testing.T) {
+	bc := newBalanceCluster(t, 3)
+	var ids []cluster.GroupID
+	for i := range 3 {
+		res, err := bc.nodes[1].Submit(context.Background(), createCmd("vol"+strconv.Itoa(i), 1<<20, 3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Volume.ID)
+	}
+	bc.eventually("every node serves every volume", func() bool {
+		for _, c := range bc.nodes {
+			if len(c.Local().Volumes) != len(ids) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range ids {
+		bc.net.SetVolumeLeader(id, 2)
+	}
+	bc.net.ReportProgress(true)
+	if _, err := bc.nodes[1].Submit(context.Background(),
+		cluster.Command{Op: cluster.OpSetNodeState, NodeID: 2, State: cluster.NodeMaintenance}); err != nil {
+		t.Fatal(err)
+	}
+	bc.eventually("node 2 is in maintenance everywhere", func() bool {
+		for _, c := range bc.nodes {
+			if n := c.State().Nodes[2]; n == nil || n.State != cluster.NodeMaintenance {
+				return false
+			}
+		}
+		return true
+	})
+	bc.advance(2 * time.Second)
+	if c := bc.leads(ids); c[2] != 0 || c[1]+c[3] != len(ids) {
+		t.Fatalf("leaders %v two passes after node 2 went into maintenance, want none on node 2", c)
+	}
+	moved := bc.net.Transfers()
+	bc.advance(30 * time.Second)
+	if c := bc.leads(ids); c[2] != 0 || bc.net.Transfers() != moved {
+		t.Fatalf("leaders %v, %d transfers after the handoff: want them to stay off node 2", c, bc.net.Transfers()-moved)
+	}
+}
