@@ -213,15 +213,34 @@ func (s *Server) health(sv *survey, v *cluster.Volume) (string, string) {
 		if len(v.Learners) > 0 && commit > 0 {
 			pct = 100
 			for _, l := range v.Learners {
-				pct = min(pct, 100*float64(ls.Raft.Progress[l])/float64(commit))
+				pct = min(pct, catchUpPercent(ls.Raft, l))
 			}
 		}
 		return "recovering", s.recovery.detail(v.ID, pct, s.cfg.Clock.Now())
 	}
 	if up < len(v.Replicas) {
-		return "degraded", fmt.Sprintf("%d of %d replicas up to date", up, len(v.Replicas))
+		detail := fmt.Sprintf("%d of %d replicas up to date", up, len(v.Replicas))
+		for _, r := range v.Replicas {
+			if _, ok := ls.Raft.CatchingUp[r]; ok {
+				detail += fmt.Sprintf("; %v catching up %.0f%%", r, catchUpPercent(ls.Raft, r))
+			}
+		}
+		return "degraded", detail
 	}
 	return "healthy", ""
+}
+
+// catchUpPercent is how far member id has caught up, as the leader's
+// status st tells: the bytes of the snapshot streaming to it, else its
+// match index against the commit index.
+func catchUpPercent(st cluster.GroupStatus, id cluster.NodeID) float64 {
+	if cu, ok := st.CatchingUp[id]; ok && cu.SnapshotTotal > 0 {
+		return min(100, 100*float64(cu.SnapshotSent)/float64(cu.SnapshotTotal))
+	}
+	if st.Commit == 0 {
+		return 100
+	}
+	return min(100, 100*float64(st.Progress[id])/float64(st.Commit))
 }
 
 // catchUpSlack is how many entries behind the commit index a replica may be

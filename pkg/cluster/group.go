@@ -48,6 +48,9 @@ type GroupStatus struct {
 	// the last election timeout (empty on followers). Progress and
 	// RecentActive are sampled once per Raft tick, LastIndex more often.
 	RecentActive map[NodeID]bool `json:"recent_active,omitempty"`
+	// CatchingUp is the leader's view of each member being brought up to
+	// date (a snapshot streaming to it, or far behind in the log).
+	CatchingUp map[NodeID]CatchUp `json:"catching_up,omitempty"`
 	// CommitLatency is a moving average, in seconds, of proposals made
 	// here from Propose to applied.
 	CommitLatency float64 `json:"commit_latency"`
@@ -56,6 +59,18 @@ type GroupStatus struct {
 	// Failed is set when the group failed on this node (Err says why) and
 	// was fenced: it serves nothing here until the volume is opened again.
 	Failed bool `json:"failed,omitempty"`
+}
+
+// CatchUp is how far a member that is being brought up to date has come.
+type CatchUp struct {
+	// Behind is how many entries it lags the leader's last index.
+	Behind uint64 `json:"behind"`
+	// SnapshotSent and SnapshotTotal are the bytes of the snapshot
+	// streaming to it (Total 0: unknown); Delta: it carries only what
+	// changed since the member's applied index.
+	SnapshotSent  int64 `json:"snapshot_sent,omitempty"`
+	SnapshotTotal int64 `json:"snapshot_total,omitempty"`
+	Delta         bool  `json:"delta,omitempty"`
 }
 
 // ReplicationStatus is the replication layer's own counters on this node.

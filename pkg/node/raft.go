@@ -151,6 +151,16 @@ func (rg raftGroup) Status() cluster.GroupStatus {
 		for _, p := range s.Peers {
 			st.Progress[cluster.NodeID(p.Node)] = p.Match
 			st.RecentActive[cluster.NodeID(p.Node)] = p.RecentActive
+			if p.CatchingUp {
+				cu := cluster.CatchUp{Behind: p.Behind}
+				if sp := p.Snapshot; sp != nil {
+					cu.SnapshotSent, cu.SnapshotTotal, cu.Delta = sp.Sent, sp.Total, sp.Delta
+				}
+				if st.CatchingUp == nil {
+					st.CatchingUp = map[cluster.NodeID]cluster.CatchUp{}
+				}
+				st.CatchingUp[cluster.NodeID(p.Node)] = cu
+			}
 		}
 	}
 	return st
