@@ -19,6 +19,9 @@
 //	basalt_volume_controllers{volume}        host controllers connected here
 //	basalt_volume_failed{volume}             1 if the volume cannot be served here
 //	                                         (it failed to open, or its group failed)
+//	basalt_volume_catchup_behind_entries{volume,member}  on the leader, a member
+//	                                         being brought up to date: entries behind
+//	basalt_volume_catchup_snapshot_bytes{volume,member,kind=sent|total}  its snapshot
 //	basalt_raft_rejected_messages_total{reason}  frames and messages from peers
 //	                                         refused (replication.RejectReason)
 //	basalt_store_*                           store capacity, use, segments, GC,

@@ -90,7 +90,8 @@ func TestSampledSources(t *testing.T) {
 			return cluster.LocalStatus{
 				Metadata: cluster.MetadataStatus{Raft: cluster.GroupStatus{Role: "leader", Term: 3, Commit: 9, Applied: 9}},
 				Volumes: []cluster.VolumeStatus{
-					{Name: "a", ID: 2, ANAState: "optimized", Size: 4096, Raft: cluster.GroupStatus{Role: "leader", CommitLatency: 0.001}},
+					{Name: "a", ID: 2, ANAState: "optimized", Size: 4096, Raft: cluster.GroupStatus{Role: "leader", CommitLatency: 0.001,
+						CatchingUp: map[cluster.NodeID]cluster.CatchUp{4: {Behind: 1200, SnapshotSent: 512, SnapshotTotal: 2048}}}},
 					{Name: "b", ID: 3, Error: "broken"},
 					{Name: "c", ID: 4, Error: "failed: apply: drive failed", Failed: "apply: drive failed",
 						Raft: cluster.GroupStatus{Failed: true, Err: "apply: drive failed"}},
@@ -112,6 +113,9 @@ func TestSampledSources(t *testing.T) {
 		`basalt_raft_commit_latency_seconds{group="2",volume="a"} 0.001`,
 		`basalt_volume_ana_state{state="optimized",volume="a"} 1`,
 		`basalt_volume_failed{volume="a"} 0`,
+		`basalt_volume_catchup_behind_entries{member="4",volume="a"} 1200`,
+		`basalt_volume_catchup_snapshot_bytes{kind="sent",member="4",volume="a"} 512`,
+		`basalt_volume_catchup_snapshot_bytes{kind="total",member="4",volume="a"} 2048`,
 		`basalt_volume_failed{volume="b"} 1`,
 		`basalt_volume_failed{volume="c"} 1`,
 		`basalt_raft_rejected_messages_total{reason="member"} 3`,

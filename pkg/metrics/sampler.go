@@ -144,6 +144,23 @@ func (e emitter) cluster(ls cluster.LocalStatus) {
 		e.gauge("basalt_volume_ana_state", "ANA state of the volume on this node's port.", 1, "volume", v.Name, "state", v.ANAState)
 		e.gauge("basalt_volume_size_bytes", "Volume size hosts see.", float64(v.Size), "volume", v.Name)
 		e.gauge("basalt_volume_controllers", "Host controllers connected to the volume on this node.", float64(v.Controllers), "volume", v.Name)
+		e.catchUp(v.Name, v.Raft)
+	}
+}
+
+// catchUp reports, on a volume's leader, each member being brought up to
+// date (a replica added, or one back after being away).
+func (e emitter) catchUp(volume string, st cluster.GroupStatus) {
+	for id, cu := range st.CatchingUp {
+		member := strconv.FormatUint(uint64(id), 10)
+		e.gauge("basalt_volume_catchup_behind_entries", "Entries a member being brought up to date lags the leader's "+
+			"last index (reported by the leader).", float64(cu.Behind), "volume", volume, "member", member)
+		e.gauge("basalt_volume_catchup_snapshot_bytes", "Bytes of the snapshot streaming to a member being brought "+
+			"up to date: sent so far, and the total when known.", float64(cu.SnapshotSent),
+			"volume", volume, "member", member, "kind", "sent")
+		e.gauge("basalt_volume_catchup_snapshot_bytes", "Bytes of the snapshot streaming to a member being brought "+
+			"up to date: sent so far, and the total when known.", float64(cu.SnapshotTotal),
+			"volume", volume, "member", member, "kind", "total")
 	}
 }
 
