@@ -53,6 +53,10 @@ func printCluster(w io.Writer, v api.ClusterView) {
 	fmt.Fprintf(w, "Metadata leader:\t%s\n", nodeName(v.Leader, v.LeaderName))
 	fmt.Fprintf(w, "Nodes up:\t%d of %d\n", v.NodesUp, v.Nodes)
 	fmt.Fprintf(w, "Volumes healthy:\t%d of %d\n", v.VolumesHealthy, v.Volumes)
+	if v.VolumesRecovering+v.VolumesDegraded > 0 {
+		fmt.Fprintf(w, "Volumes recovering / degraded:\t%d / %d (basaltctl volume list says which)\n",
+			v.VolumesRecovering, v.VolumesDegraded)
+	}
 	fmt.Fprintf(w, "Answered by:\t%s (metadata index %d)\n", v.Self, v.Applied)
 	if v.Stale {
 		fmt.Fprintf(w, "Warning:\tthis node could not reach the metadata leader; what it shows may be out of date\n")

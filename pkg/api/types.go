@@ -64,6 +64,11 @@ type ClusterView struct {
 	Volumes    int            `json:"volumes"`
 	// VolumesHealthy counts volumes with a leader and every replica up.
 	VolumesHealthy int `json:"volumes_healthy"`
+	// VolumesRecovering and VolumesDegraded count volumes getting a
+	// replica added (healing, drain, rebalance) and volumes with a replica
+	// down or behind; the rest of the unhealthy ones have no leader.
+	VolumesRecovering int `json:"volumes_recovering"`
+	VolumesDegraded   int `json:"volumes_degraded"`
 	// Applied is the metadata index this node has applied.
 	Applied uint64 `json:"applied"`
 	// Health is "healthy", "degraded" (some node or replica down) or

@@ -119,8 +119,13 @@ func (s *Server) getCluster(r *http.Request) (int, any, error) {
 		cv.LeaderName = sv.node(leader).Name
 	}
 	for _, v := range st.VolumeList() {
-		if h, _ := s.health(sv, v); h == "healthy" {
+		switch h, _ := s.health(sv, v); h {
+		case "healthy":
 			cv.VolumesHealthy++
+		case "recovering":
+			cv.VolumesRecovering++
+		case "degraded":
+			cv.VolumesDegraded++
 		}
 		for _, r := range v.Replicas {
 			if vs, ok := sv.volumeStatus(r, v.ID); ok && vs.Failed != "" {
