@@ -58,8 +58,11 @@ type mover struct {
 	peers map[NodeID]string
 }
 
-// publishPeers hands the Raft address of every node the metadata knows,
-// joined ones included, to the transport, when it is new or changed.
+// publishPeers hands the transport the Raft address of every node the
+// metadata knows that this node's configuration does not name (nodes that
+// joined later), when it is new or changed. A configured address wins: it is
+// how this node reaches that peer (through a proxy, a NAT, another
+// network), which the address the peer registered need not be.
 func (r *reconciler) publishPeers(s *State) {
 	set := r.c.cfg.SetPeer
 	if set == nil {
@@ -67,8 +70,14 @@ func (r *reconciler) publishPeers(s *State) {
 	}
 	if r.mv.peers == nil {
 		r.mv.peers = map[NodeID]string{}
+		for _, p := range r.c.cfg.Peers {
+			r.mv.peers[p.ID] = "configured"
+		}
 	}
 	for id, n := range s.Nodes {
+		if r.mv.peers[id] == "configured" {
+			continue
+		}
 		if id != r.c.cfg.Self.ID && n.RaftAddr != "" && r.mv.peers[id] != n.RaftAddr {
 			r.mv.peers[id] = n.RaftAddr
 			set(id, n.RaftAddr)
