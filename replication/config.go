@@ -84,6 +84,13 @@ type Config struct {
 	// round trip (Raft ReadIndex), instead of serving reads under a leader
 	// lease when one is held. Default false: leases on.
 	DisableLease bool
+	// DisableQuiesce keeps every group ticking Raft, with a heartbeat
+	// every HeartbeatTicks, however idle (doc.go, "Quiescence"). Default
+	// false: an idle group quiesces.
+	DisableQuiesce bool
+	// AlwaysAwake names groups that never quiesce (the cluster's metadata
+	// group, which pkg/node names here).
+	AlwaysAwake []GroupID
 }
 
 // Defaults.

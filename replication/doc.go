@@ -23,7 +23,8 @@
 // group lets their persists, sends and applies overlap on a multi-core node
 // with no lock between them; a slow group (one restoring a snapshot, one
 // whose replica is slow) delays only itself. The cost, a goroutine and a
-// ticker per group, is small for the few hundred volumes a node holds. The
+// ticker per group, is small for the few hundred volumes a node holds, and
+// an idle group stops its ticker ("Quiescence"), so its loop sleeps. The
 // loop's work is a pure function of its inputs, so Config.Manual runs the
 // same code from Host.Poll on the caller's goroutine, which is how tests/sim
 // drives a whole cluster deterministically.
@@ -196,6 +197,59 @@
 // published lease before anything that may move leadership takes effect:
 // a new term, lost leadership, a transfer, the loop stopping.
 //
+// # Quiescence
+//
+// An idle group quiesces (quiesce.go): it stops ticking Raft on every
+// member, so that it sends no heartbeats and its loop wakes for nothing.
+// Its leader quiesces it after quiesceIdleTicks (3) idle ticks: nothing
+// queued or in flight (proposals, reads, a configuration change or joint
+// configuration, a transfer, a snapshot), no read asked for in those ticks,
+// every entry committed and applied, and every follower in StateReplicate,
+// recently active, matching the last index, its node heard from within an
+// election timeout. It then sends each follower a quiesce heartbeat (a
+// MsgHeartbeat whose Context is "quiesce", with the commit index), drops
+// its read lease, and stops its ticker. A follower that steps the quiesce
+// heartbeat of the leader it follows, in that term, with its whole log
+// committed and applied, quiesces too; one that cannot goes on ticking, and
+// wakes its leader when it campaigns. A heartbeat or heartbeat response of
+// the current term without a read round (Raft's, still in flight from
+// before) and the answers to quiesce heartbeats leave a quiesced group
+// asleep; anything else wakes it: a proposal, a read, a control request (a
+// configuration change, a transfer, a snapshot), any other message, Raft
+// sending anything. A follower that wakes for another reason than its
+// leader's message wakes the leader too (a heartbeat response whose Context
+// is "wake"), since a follower that ticks while its leader sleeps would
+// campaign. Config.AlwaysAwake names groups that never quiesce (pkg/node:
+// the metadata group); Config.DisableQuiesce turns it off.
+//
+// Liveness without the group's heartbeats (quiesce_live.go): every Host
+// sends each node it shares a group with one node heartbeat per tick (a
+// MsgHeartbeat on group 0, however many groups the two share), and notes
+// when it last heard anything from each peer. A quiesced follower whose
+// leader's node has been silent for an election timeout, and a quiesced
+// leader that has not heard from a follower's node for as long, wake up:
+// the leader then ticks, steps down if it lost its quorum (CheckQuorum),
+// shows the member gone in its status, and stays awake until the member is
+// back (a group with a member down does not quiesce). A follower that wakes sets Raft's election clock to the ticks
+// since it last heard its leader's node, at most ElectionTicks: the timer a
+// follower that never quiesced would have, or less, since each of the
+// leader's messages restarted that timer and the leader's node sent them.
+// So a quiesced follower campaigns, and grants its vote, no sooner than a
+// ticking one would (the lease argument in "Reads" holds), and after a
+// leader's crash no later than an election timeout and one tick, plus the
+// election (well under 2 s at the default 50 ms ticks). A Manual Host runs
+// the same on Poll, on its clock; SimNetwork carries the node heartbeats
+// like any message, so partitions silence them too. A peer heard in the
+// group before it quiesced counts as heard in it when it wakes, if its
+// node still is (membership changes need recently heard voters).
+//
+// Reads: a quiesced leader holds no lease (it dropped it as it quiesced),
+// so its first read wakes the group and confirms leadership with a
+// ReadIndex round, whose heartbeats wake the followers; that round renews
+// the lease. A follower that acknowledged the round ticks from then on and
+// quiesces again only on a later quiesce heartbeat, which the leader sends
+// after dropping the lease again.
+//
 // # Errors
 //
 // A follower refuses proposals and reads with ErrNotLeader; while no leader
@@ -230,7 +284,9 @@
 //   - by the transport: the handshake decodes and names this node; every
 //     frame decodes; every message's From is the node the handshake named and
 //     its To is this node.
-//   - at delivery: the sender is not this node; the group runs here; the type
+//   - at delivery: the sender is not this node; a message on group 0 is a
+//     node heartbeat (MsgHeartbeat, "Quiescence") and nothing else; the
+//     group runs here; the type
 //     is one peers send (appends, votes and pre-votes, heartbeats, their
 //     responses, MsgTimeoutNow; never a local type, a proposal or read index,
 //     which nothing forwards, a leadership transfer, which Raft would forward
@@ -351,8 +407,9 @@
 //	    10    1 stream: 1 messages,                   3 snapshot end, 4 snapshot result,
 //	                                                  5 snapshot base
 //	              2 snapshot              5    3 zero
-//	    11    5 zero                      8    8 group ID (0 only in a result)
-//	    16    8 sender node ID           16      body
+//	    11    5 zero                      8    8 group ID (0 only in a result
+//	    16    8 sender node ID                     or a node heartbeat)
+//	                                     16      body
 //	    24    8 receiver node ID
 //
 // A message body carries a raftpb.Message with its entries' payloads out of
@@ -371,7 +428,8 @@
 // The payload lengths add up to exactly the rest of the body. An entry with
 // an empty payload arrives with nil Data. Version 1 (the whole message in
 // the protobuf) and version 2 (snapshot streams without a base frame) are
-// refused at the handshake. A node opens one message
+// refused at the handshake. A message frame of group 0 is a node heartbeat
+// (a MsgHeartbeat, "Quiescence"). A node opens one message
 // stream to each peer and sends all its groups' messages on it; it receives
 // on the streams its peers open. A snapshot has a stream of its own: a
 // message frame with the MsgSnap; the receiver answers with a base frame

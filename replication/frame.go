@@ -99,7 +99,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 		return h, fmt.Errorf("%w: frame type %d", errFrame, h.typ)
 	case h.length > maxFrameBody:
 		return h, fmt.Errorf("%w: frame of %d bytes, at most %d", errFrame, h.length, maxFrameBody)
-	case h.group == 0 && h.typ != frameSnapshotResult:
+	case h.group == 0 && h.typ != frameSnapshotResult && h.typ != frameMessage: // group 0: node heartbeats
 		return h, fmt.Errorf("%w: frame for group 0", errFrame)
 	}
 	return h, nil

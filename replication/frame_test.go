@@ -80,7 +80,7 @@ func TestHandshakeAndFramesRejectMalformedInput(t *testing.T) {
 		"type zero":    header(1, 0, 1),
 		"type unknown": header(1, 9, 1),
 		"too long":     header(maxFrameBody+1, frameMessage, 1),
-		"group zero":   header(1, frameMessage, 0),
+		"group zero":   header(1, frameSnapshotChunk, 0), // a message frame on group 0 is a node heartbeat
 		"reserved":     func() []byte { b := header(1, frameMessage, 1); b[6] = 1; return b }(),
 	} {
 		if _, err := decodeFrameHeader(b); !errors.Is(err, ErrCorrupt) {

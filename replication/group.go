@@ -46,6 +46,7 @@ type Group struct {
 	// starved: the loop held entries back for lack of write-buffer space;
 	// the releaser wakes it when it frees some.
 	starved atomic.Bool
+	q       groupQuiesce // what the Host's liveness knows (quiesce_live.go)
 	reports struct {
 		sync.Mutex
 		unreachable []NodeID
@@ -497,7 +498,7 @@ func (g *Group) run() {
 		case r := <-g.reads:
 			c.queueRead(r)
 		case f := <-g.control:
-			f(c)
+			c.runControl(f)
 		case <-g.wakeCh:
 		}
 		if _, err := c.iterate(); err != nil {

@@ -51,6 +51,7 @@ type Host struct {
 	space    space
 	ident    logIdentity // the log's identity stamp (identity.go)
 	tombs    tombstones  // of the groups fenced here (tombstone.go)
+	live     liveness    // node heartbeats, for quiesced groups (quiesce_live.go)
 	wg       sync.WaitGroup
 
 	rejections rejections // what peers sent that was refused (inbound.go)
@@ -89,6 +90,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.routes.Store(&map[GroupID]*Group{})
 	h.releaser.init(h)
 	h.space.init(buf)
+	h.live.init(h)
 	for _, s := range logs {
 		s.recent.limit = cfg.EntryCacheSize
 		s.noWait = cfg.Manual
@@ -125,8 +127,9 @@ func (h *Host) Start() error {
 	if h.cfg.Manual {
 		return nil
 	}
-	h.wg.Add(1)
+	h.wg.Add(2)
 	go h.releaser.run()
+	go h.live.run()
 	for _, g := range h.mu.groups {
 		g.startLocked()
 	}
@@ -267,6 +270,7 @@ func (h *Host) publishRoutesLocked() {
 		}
 	}
 	h.routes.Store(&routes)
+	h.live.confChanged()
 }
 
 // RemoveGroup stops group id on this node and deletes its log: it persists a
@@ -362,6 +366,7 @@ func (h *Host) Poll() bool {
 	}
 	h.mu.Unlock()
 	slices.SortFunc(groups, func(a, b *Group) int { return cmpID(a.id, b.id) })
+	h.live.poll()
 	busy := false
 	for _, g := range groups {
 		busy = g.poll() || busy

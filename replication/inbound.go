@@ -295,6 +295,7 @@ func (c *core) setConf(cs raftpb.ConfState) {
 	if len(c.members) == 0 {
 		c.members = slices.Clone(c.g.joinPeers)
 	}
+	c.publishQuiescePeers()
 	m := membershipOf(cs)
 	c.g.status.Lock()
 	c.g.status.s.Members = m
@@ -371,6 +372,11 @@ func (hh hostHandler) HandleMessage(group GroupID, m raftpb.Message, src Source)
 	h := hh.h
 	if err := hh.check(&m); err != nil {
 		h.refuse(src, group, NodeID(m.From), err)
+		return
+	}
+	h.live.noteHeard(NodeID(m.From)) // quiesce_live.go
+	if group == 0 {
+		hh.handleNodeHeartbeat(&m, src)
 		return
 	}
 	g := h.Group(group)

@@ -66,6 +66,8 @@ type core struct {
 	// starved: this iteration held entries back for lack of space; it
 	// compacts all it can before it ends (compact.go).
 	starved bool
+	// quiesce is the group's quiescence (quiesce.go).
+	quiesce quiesceState
 
 	stats struct {
 		latency                                     time.Duration
@@ -121,9 +123,13 @@ func newCore(g *Group, sm StateMachine) (*core, error) {
 
 // tick advances Raft's clock by one tick.
 func (c *core) tick() {
+	if c.quiesce.on {
+		return // a tick that was due as the ticker stopped
+	}
 	c.ticks++
 	c.rn.Tick()
 	c.maybeRenewLease()
+	c.quiesceTick()
 	c.publishStatus(true)
 }
 
@@ -140,6 +146,7 @@ func (c *core) step(m raftpb.Message) error {
 	if err := c.checkStep(&m); err != nil {
 		return err
 	}
+	c.onStep(&m) // wakes a quiesced group (quiesce.go)
 	c.heard[m.From] = c.ticks
 	if c.voteDelayed(m) || c.voteBelowFloor(m) { // tombstone.go
 		c.stats.dropped++
@@ -157,6 +164,8 @@ func (c *core) step(m raftpb.Message) error {
 	}
 	if err := c.rn.Step(m); err != nil {
 		c.stats.dropped++
+	} else {
+		c.onStepped(&m)
 	}
 	if appends { // a conflicting append cuts Raft's log to its own end
 		c.logFloor = min(c.logFloor, m.Index+uint64(len(m.Entries)))
@@ -187,7 +196,10 @@ func (c *core) voteDelayed(m raftpb.Message) bool {
 	return m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote
 }
 
-func (c *core) queueProposal(p *proposal) { c.batch = append(c.batch, p) }
+func (c *core) queueProposal(p *proposal) {
+	c.wakeUp(0)
+	c.batch = append(c.batch, p)
+}
 
 // starve notes that entries were held back for lack of write-buffer space.
 func (c *core) starve() {
@@ -208,6 +220,7 @@ func (c *core) releaseAdmitted() {
 // anything. An error means the group can no longer go on (storage or state
 // machine failure).
 func (c *core) iterate() (bool, error) {
+	c.onLivenessWake()
 	busy := c.drain()
 	defer c.releaseAdmitted()
 	if c.fatal != nil {
@@ -224,6 +237,7 @@ func (c *core) iterate() (bool, error) {
 	c.logFloor = c.s.lastIndex()
 	c.reads.complete(c.applied)
 	c.publishLease()
+	c.maybeQuiesce()
 	err := c.maybeCompact()
 	c.starved = false
 	if err != nil {
@@ -243,7 +257,7 @@ func (c *core) drain() bool {
 		case in := <-c.g.inbox:
 			c.stepInbound(in)
 		case f := <-c.g.control:
-			f(c)
+			c.runControl(f)
 		case p := <-c.g.proposals:
 			c.queueProposal(p)
 		case r := <-c.g.reads:
@@ -396,6 +410,7 @@ func (c *core) handleReady() error {
 func (c *core) send(msgs []raftpb.Message) {
 	n := 0
 	for _, m := range msgs {
+		c.onSend(&m)
 		if m.Type == raftpb.MsgSnap {
 			c.sendSnapshot(m)
 			continue
@@ -560,6 +575,7 @@ func (c *core) failPending(err error) {
 // shutdown fails everything pending once the loop has stopped.
 func (c *core) shutdown(err error) {
 	c.ticker.Stop()
+	c.h.live.awake(c.g)
 	c.g.lease.Store(nil)
 	for _, p := range c.batch {
 		p.done(err)

@@ -45,6 +45,7 @@ func (c *core) queueRead(req *readRequest) {
 		req.done(c.notLeaderErr())
 		return
 	}
+	c.wakeUp(0) // quiesce.go: the lease lapsed when the group quiesced
 	now := c.h.clock.Now()
 	c.reads.lastRead = now
 	if index, ok := c.leaseReadIndex(now); ok {

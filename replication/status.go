@@ -46,6 +46,9 @@ type GroupStatus struct {
 	// (PeerStatus.CatchingUp). Always false on a follower, which cannot
 	// tell. Sampled once per tick, with Peers.
 	Degraded bool
+	// Quiesced reports that the group is quiesced here: Raft is not ticked
+	// until something wakes it (doc.go, "Quiescence").
+	Quiesced bool
 	// LeaseUntil is when this leader's read lease ends (zero: none held).
 	LeaseUntil time.Time
 	// Err is why the group stopped, if it did.
@@ -89,6 +92,7 @@ func (c *core) publishStatus(progress bool) {
 	s.CommitLatency = c.stats.latency
 	s.Proposals, s.SnapshotsSent, s.SnapshotsReceived = c.stats.proposals, c.stats.snapshotsSent, c.stats.snapshotsReceived
 	s.LeaseUntil = c.reads.leaseUntil
+	s.Quiesced = c.quiesce.on
 	s.SnapshotBytesSent = c.catchup.bytesSent
 	for _, sp := range c.catchup.streams {
 		s.SnapshotBytesSent += uint64(sp.sent.Load())

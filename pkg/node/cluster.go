@@ -230,6 +230,7 @@ func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 		NodeID: replication.NodeID(cl.NodeID), Listen: cl.RaftListen, Peers: peers, LogRegion: region,
 		Clock: clock.Real(), Logger: log.With("part", "raft"), TickInterval: time.Duration(cl.RaftTick),
 		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks,
+		AlwaysAwake: []replication.GroupID{replication.GroupID(cluster.MetadataGroup)}, // never quiesced
 	})
 	if err != nil {
 		return fmt.Errorf("node: raft: %w", err)
