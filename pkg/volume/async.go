@@ -53,7 +53,9 @@ func (v *Volume) TrimAsync(off, n int64, done func(error)) {
 }
 
 // ReadAtAsync waits for a read barrier, then reads p at off from the local
-// replica and calls done, both on the group's loop.
+// replica and calls done, both on the group's loop; a range the local
+// replica cannot read is read from another replica when a PeerReader is
+// set (peer.go), on a goroutine of its own, which then calls done.
 func (v *Volume) ReadAtAsync(p []byte, off int64, done func(error)) {
 	c := v.start(OpRead, len(p), done)
 	g, err := v.g()
@@ -73,14 +75,18 @@ func (v *Volume) ReadAtAsync(p []byte, off int64, done func(error)) {
 func (v *Volume) start(op Op, n int, done func(error)) *completion {
 	c := newCompletion(&v.counters, v.clock, op, n, done)
 	c.mapErrs = true
-	c.local = v.local
+	c.vol = v
 	return c
 }
 
 // readLocal is the second half of ReadAtAsync, once the barrier passed.
 func (c *completion) readLocal(err error) {
 	if err == nil {
-		err = c.local.ReadAt(context.Background(), c.read, c.off)
+		err = c.vol.local.ReadAt(context.Background(), c.read, c.off)
+		if c.vol.fallsBack(err) {
+			go c.readPeer(err) // peer.go: never waits for another node on the loop
+			return
+		}
 	}
 	c.complete(err)
 }

@@ -57,7 +57,8 @@ func bucketOf(d time.Duration) int {
 // Counters are a volume's I/O counts per op, all atomics: counting an op
 // allocates nothing and takes no lock. Their zero value is ready.
 type Counters struct {
-	op [NumOps]opCounters
+	op          [NumOps]opCounters
+	peerRepairs atomic.Uint64 // reads served from another replica (peer.go)
 }
 
 type opCounters struct {
@@ -144,7 +145,7 @@ type completion struct {
 	done     func(error)
 	fn       func(error) // complete
 	// ReadAtAsync's read, once its barrier passes (readFn: readLocal).
-	local  backend.Backend
+	vol    *Volume
 	read   []byte
 	off    int64
 	readFn func(error)

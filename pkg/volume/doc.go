@@ -86,11 +86,60 @@
 //
 //	offset size field
 //	     0    1 version (1)
-//	     1    1 operation: 1 write, 2 trim, 3 write zeroes
+//	     1    1 operation: 1 write, 2 trim, 3 write zeroes, 4 repair
 //	     2    6 zero
 //	     8    8 byte offset in the volume (block aligned)
 //	    16    8 byte length (block aligned, > 0)
 //	    24    n data (write only; n = length)
+//
+// A repair (see "Reads from another replica") has its base index before
+// its data:
+//
+//	offset size field
+//	     0   24 as above, operation 4
+//	    24    8 base index: data is the range's value as of it
+//	    32    n data (n = length)
+//
+// A node that predates the repair operation refuses it as corrupt, which
+// stops the group there: every replica of a volume must run a version that
+// knows it before any node can propose one.
+//
+// # Reads from another replica
+//
+// Every replica holds the whole volume, so a block the leader's replica
+// cannot read back (backend.ErrMedia: more of its stripe lost than the
+// store's parity covers) need not be an Unrecovered Read Error. When the
+// node set a PeerReader (SetPeerReader), ReadAt and ReadAtAsync (peer.go)
+// read the range from another replica instead: with minIndex the leader's
+// AppliedThrough, which its read barrier has taken past every write
+// acknowledged before the read, the other node waits until its own replica
+// has applied minIndex and reads it directly (ReadReplica, never through
+// the group), returning the bytes and ReflectsAtMost, an index its replica
+// reflects nothing after. The leader waits until its own replica has
+// applied that far before it answers, so a later read served here never
+// sees an older value than this one did. The host gets the bytes; the
+// volume counts it (Counters.PeerRepairs) and logs it once per range.
+//
+// Then the leader proposes a repair for each run of blocks its replica
+// still cannot read (repair.go), with the bytes and base = minIndex. The
+// bytes are the range's value as of some committed index at or after base,
+// block by block, and the repair's own index i is above it (the repair is
+// proposed after the other replica read, and every entry committed before
+// a proposal precedes it in the log). Each replica applies the repair in log order and writes it
+// only if its change log (changes.go) proves that no entry in (base, i)
+// touched the range; then the range's value was the same at every index
+// from base to i-1, so the bytes are its value at i-1, and writing them
+// changes no block's value on a replica that could read it, while a
+// replica that could not (the leader, or any other with the same loss)
+// gets its blocks back. Where an entry after the base wrote the range, or
+// the change log cannot tell (its floor passed base: trimmed, restarted,
+// restored since, or SetChangeLimit(0)), the replica skips the repair:
+// it changes nothing, and the next read repairs again. A write of the
+// repair that fails is skipped too and does not stop the group. Skipping
+// or writing therefore differ only in whether a replica's unreadable
+// blocks are rewritten, never in the value a replica that can read them
+// holds; replicas may differ in which of them wrote a repair (each decides
+// from its own change log), never in their values.
 //
 // # Snapshot stream (little-endian)
 //

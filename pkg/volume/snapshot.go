@@ -157,6 +157,7 @@ func isZero(b []byte) bool {
 // replica. On error the replica is left partly restored
 // (replication.StateMachine explains why that is safe).
 func (v *Volume) Restore(r io.Reader, index uint64) error {
+	v.peer.applying.Store(max(v.peer.applying.Load(), index)) // peer.go: it may reflect index from now on
 	crc := crc32.New(castagnoliTable)
 	tr := io.TeeReader(r, crc)
 	head := make([]byte, snapHeaderSize)

@@ -43,6 +43,7 @@ type Volume struct {
 	stage     Stager                 // local, when it stages by reference (staged.go); else nil
 	changes   *changeLog             // what applied entries changed, for delta snapshots (changes.go)
 	identity  atomic.Pointer[[]byte] // SnapshotIdentity (delta.go)
+	peer      peerState              // reads from other replicas, repairs (peer.go, repair.go)
 }
 
 var (
@@ -164,7 +165,11 @@ func (v *Volume) readAt(ctx context.Context, p []byte, off int64) error {
 	if err := g.ReadBarrier(ctx); err != nil {
 		return err
 	}
-	return v.local.ReadAt(ctx, p, off)
+	err = v.local.ReadAt(ctx, p, off)
+	if v.fallsBack(err) {
+		return v.readFromPeer(ctx, p, off, err) // peer.go
+	}
+	return err
 }
 
 // WriteAt implements backend.Backend. WriteFUA needs nothing more: the write
@@ -287,7 +292,8 @@ func (v *Volume) check(off, n int64) error {
 
 // Apply implements replication.StateMachine: it executes the operation on
 // the local replica. Block operations are idempotent, so applying an entry
-// again after a crash is harmless.
+// again after a crash is harmless. A repair is written only where nothing
+// changed its range since its base, and never fails (repair.go).
 func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 	o, err := decodeOp(data)
 	if err != nil {
@@ -296,6 +302,12 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 	if size := v.size.Load(); o.offset%int64(v.blockSize) != 0 || o.length%int64(v.blockSize) != 0 ||
 		o.offset > size || o.length > size-o.offset {
 		return fmt.Errorf("%w: %v at %d of %d bytes does not fit the volume", ErrCorrupt, o.kind, o.offset, o.length)
+	}
+	v.peer.applying.Store(index)
+	if o.kind == opRepair {
+		v.applyRepair(ctx, o, index) // repair.go: it never stops the group
+		v.applied.Store(index)
+		return nil
 	}
 	switch {
 	case v.stage != nil:
