@@ -29,6 +29,12 @@
 //	DELETE  /v1/nodes/{id}                         204; refused (400) while it holds a replica
 //	POST    /v1/nodes/join                         201 JoinView; body JoinRequest (a new basaltd)
 //	POST    /v1/internal/commands                  cluster.Result; nodes forward changes here
+//	POST    /v1/internal/volumes/{group}/read      the bytes (octet-stream, X-Basalt-Reflects: the
+//	                                               index they reflect nothing after) of this node's
+//	                                               replica, once applied to body PeerReadRequest
+//	                                               {"offset","length","min_index"} (waits 2 s at
+//	                                               most: else 409 behind); 502 media: it cannot
+//	                                               read them either (peer_read.go)
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //
 // Changes go to the metadata leader. A node that does not lead forwards

@@ -38,6 +38,9 @@ type Config struct {
 	// ClusterID returns the cluster's UUID, which a joining node adopts
 	// (nodes.go); nil: joins are answered without it.
 	ClusterID func() string
+	// PeerReads serves this node's replicas to other nodes' leaders
+	// (peer_read.go); nil: 404.
+	PeerReads PeerReads
 }
 
 // Server is the HTTP API of one node.
@@ -77,6 +80,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/internal/commands", map[string]handler{"POST": s.postCommand})
 	s.driveRoutes()
 	s.nodeRoutes()
+	s.peerReadRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Metrics == nil {
 			writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found", Message: "metrics are not enabled on this node"})
