@@ -16,8 +16,8 @@ type volumes struct {
 	mu     sync.Mutex
 	byName map[string]*volume.Counters
 
-	ops, errs, bytes, latency *prometheus.Desc
-	bounds                    [volume.LatencyBuckets]float64 // seconds
+	ops, errs, bytes, latency, peerRepairs *prometheus.Desc
+	bounds                                 [volume.LatencyBuckets]float64 // seconds
 }
 
 func newVolumes() *volumes {
@@ -31,6 +31,9 @@ func newVolumes() *volumes {
 			"Bytes read or written on the volume through this node.", labels, nil),
 		latency: prometheus.NewDesc("basalt_volume_latency_seconds",
 			"Command latency on the volume; for writes on the leader, the Raft commit latency.", labels, nil),
+		peerRepairs: prometheus.NewDesc("basalt_volume_peer_repairs_total",
+			"Reads this node served from another replica because its own could not read the blocks.",
+			[]string{"volume"}, nil),
 	}
 	for i := range v.bounds {
 		v.bounds[i] = volume.BucketBound(i).Seconds()
@@ -69,6 +72,7 @@ func (v *volumes) Describe(ch chan<- *prometheus.Desc) {
 	ch <- v.errs
 	ch <- v.bytes
 	ch <- v.latency
+	ch <- v.peerRepairs
 }
 
 // Collect implements prometheus.Collector.
@@ -76,6 +80,7 @@ func (v *volumes) Collect(ch chan<- prometheus.Metric) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for name, c := range v.byName {
+		ch <- prometheus.MustNewConstMetric(v.peerRepairs, prometheus.CounterValue, float64(c.PeerRepairs()), name)
 		for op := range volume.NumOps {
 			s := c.Stats(op)
 			labels := []string{name, op.String()}

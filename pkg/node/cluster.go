@@ -49,6 +49,9 @@ type clusterParts struct {
 	// for an initial member; stamp is the identity it runs with.
 	join  *joinRecord
 	stamp identity.Stamp
+	// peers reads what a local replica cannot from the others, and serves
+	// the local replicas to them (peer_read.go).
+	peers *peerReads
 }
 
 // startCluster starts a cluster node; on error everything opened so far is
@@ -265,8 +268,9 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 	}
 	src.Cluster = func() cluster.LocalStatus { return cp.cluster.Local() }
 	cp.metrics = metrics.New(src, clock.Real())
+	cp.peers = newPeerReads(replication.NodeID(cl.NodeID), log.With("part", "peer-read"))
 	cp.cluster, err = cluster.Start(cluster.Config{
-		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host}, Replicas: replicas,
+		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host, peers: cp.peers}, Replicas: replicas,
 		Target: t, Port: port, Forward: api.NewClient("").Forwarder(),
 		Wrap: func(v *cluster.Volume, b backend.Backend) backend.Backend {
 			return cp.metrics.TrackVolume(v.Name, b)
@@ -277,6 +281,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		JoinMetadata:    cp.joinVoters(),
 		SetPeer:         func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
 	})
+	cp.peers.setCluster(cp.cluster)
 	return err
 }
 
@@ -294,6 +299,9 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 	}
 	if cp.store != nil {
 		acfg.Drives = newNodeDrives(cp.store, cfg.Store, cp.log.With("part", "drives"))
+	}
+	if cp.peers != nil {
+		acfg.PeerReads = cp.peers
 	}
 	h := api.NewServer(acfg)
 	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

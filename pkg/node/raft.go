@@ -11,8 +11,13 @@ import (
 	"basalt/replication"
 )
 
-// raftReplicator adapts a replication.Host to cluster.Replicator.
-type raftReplicator struct{ h *replication.Host }
+// raftReplicator adapts a replication.Host to cluster.Replicator; the
+// volumes it opens read from and serve other replicas through peers
+// (peer_read.go), when set.
+type raftReplicator struct {
+	h     *replication.Host
+	peers *peerReads
+}
 
 func toReplIDs(ids []cluster.NodeID) []replication.NodeID {
 	out := make([]replication.NodeID, len(ids))
@@ -43,10 +48,16 @@ func (r raftReplicator) OpenVolume(id cluster.GroupID, members []cluster.NodeID,
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.peers != nil {
+		r.peers.add(v)
+	}
 	return newRaftGroup(v.Group()), v, nil
 }
 
 func (r raftReplicator) CloseVolume(id cluster.GroupID, deleteLog bool) error {
+	if r.peers != nil {
+		r.peers.remove(replication.GroupID(id))
+	}
 	if !deleteLog {
 		return nil // the host was closed first; the log stays for the next start
 	}
