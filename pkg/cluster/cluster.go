@@ -45,6 +45,10 @@ type Config struct {
 	// metadata leader marks it out and re-replicates what it held
 	// (heal.go). Default DefaultDownOutInterval.
 	DownOutInterval time.Duration
+	// LeaderApplied, if set, asks the metadata leader's API at apiAddr for
+	// its applied index: a follower's metadata is fresh (and orphaned
+	// replicas may be deleted) once it has applied as much (awaitFresh).
+	LeaderApplied func(ctx context.Context, apiAddr string) (uint64, error)
 	// JoinMetadata, for a node that joined a running cluster, are the
 	// metadata group's voters when it joined: it starts the group as a new
 	// member that hears from them until the leader adds it (nil: an initial
@@ -283,22 +287,33 @@ func (c *Cluster) resolve(ctx context.Context, cmd Command, res Result, err erro
 }
 
 // register records this node's addresses in the metadata, once a leader
-// accepts it, unless the metadata already has them.
+// accepts it, unless the metadata already has them; and again whenever the
+// metadata says this running node is out (it was down longer than the
+// down-out interval: a node marked out while it was away learns it only
+// once it has caught up, so registration watches for as long as it runs).
 func (c *Cluster) register(ctx context.Context) {
 	self := c.cfg.Self
+	changed := c.m.Changed()
+	tick := c.clock.NewTicker(c.cfg.Resync)
+	defer tick.Stop()
 	for ctx.Err() == nil {
-		if n := c.m.State().Nodes[self.ID]; n != nil && sameAddresses(n, &self) && n.State != NodeOut {
-			return
+		if n := c.m.State().Nodes[self.ID]; n == nil || !sameAddresses(n, &self) || n.State == NodeOut {
+			sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err := c.Submit(sctx, Command{Op: OpRegisterNode, Node: &self})
+			cancel()
+			if err == nil {
+				c.log.Info("node registered in the cluster metadata", "node", self.ID)
+			} else {
+				c.log.Debug("registration not accepted yet", "err", err)
+				c.sleep(ctx, 500*time.Millisecond)
+				continue
+			}
 		}
-		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := c.Submit(sctx, Command{Op: OpRegisterNode, Node: &self})
-		cancel()
-		if err == nil {
-			c.log.Info("node registered in the cluster metadata", "node", self.ID)
-			return
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-tick.C():
 		}
-		c.log.Debug("registration not accepted yet", "err", err)
-		c.sleep(ctx, 500*time.Millisecond)
 	}
 }
 
@@ -308,6 +323,9 @@ func (c *Cluster) awaitFresh(ctx context.Context) {
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := c.meta.ReadBarrier(sctx)
+		if errors.Is(err, ErrNotLeader) {
+			err = c.caughtUpWithLeader(sctx)
+		}
 		cancel()
 		if err == nil {
 			c.rec.markFresh()
@@ -315,6 +333,30 @@ func (c *Cluster) awaitFresh(ctx context.Context) {
 		}
 		c.sleep(ctx, 200*time.Millisecond)
 	}
+}
+
+// caughtUpWithLeader returns nil once this follower has applied what the
+// metadata leader had applied when asked (a read barrier works on the leader
+// only).
+func (c *Cluster) caughtUpWithLeader(ctx context.Context) error {
+	if c.cfg.LeaderApplied == nil {
+		return ErrNotLeader
+	}
+	n, ok := c.Node(c.meta.Leader())
+	if !ok || n.APIAddr == "" || n.ID == c.cfg.Self.ID {
+		return ErrNoLeader
+	}
+	want, err := c.cfg.LeaderApplied(ctx, n.APIAddr)
+	if err != nil {
+		return err
+	}
+	for c.m.AppliedIndex() < want {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.sleep(ctx, 50*time.Millisecond)
+	}
+	return nil
 }
 
 func (c *Cluster) sleep(ctx context.Context, d time.Duration) {

@@ -279,7 +279,11 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		Clock:  clock.Real(), Logger: log.With("part", "cluster"),
 		DownOutInterval: time.Duration(cl.DownOutInterval),
 		JoinMetadata:    cp.joinVoters(),
-		SetPeer:         func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
+		LeaderApplied: func(ctx context.Context, addr string) (uint64, error) {
+			l, err := api.NewClient("").At(addr).Local(ctx)
+			return l.Metadata.Applied, err
+		},
+		SetPeer: func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
 	})
 	cp.peers.setCluster(cp.cluster)
 	return err

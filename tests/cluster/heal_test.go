@@ -2,7 +2,10 @@ package cluster_test
 
 import (
 	"context"
+	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +99,23 @@ func TestDeadNodeIsReplacedAfterDownOutInterval(t *testing.T) {
 	t.Logf("%d writes and %d reads completed, %d operations failed", writes, reads, failed)
 	w.finalReads(t, lbas)
 	w.checkLinearizable(t)
+
+	// The node marked out comes back: it is active again and deletes its
+	// replica of the volume, which moved away while it was down (as the
+	// metadata it catches up says, or as an orphan once it is fresh).
+	tc.start(dead)
+	tc.eventually(60*time.Second, "the returned node is active and has deleted its orphaned replica", func() bool {
+		nodes, err := tc.client(dead).Nodes(context.Background())
+		if err != nil {
+			return false
+		}
+		active := false
+		for _, nv := range nodes {
+			active = active || (nv.ID == cluster.NodeID(dead.id) && nv.State == cluster.NodeActive && nv.Up)
+		}
+		b, _ := os.ReadFile(dead.log)
+		since := string(b)[strings.LastIndex(string(b), "==== start"):]
+		return active && (strings.Contains(since, `msg="deleting orphaned replica"`) ||
+			strings.Contains(since, `msg="volume deleted" node=node`+strconv.Itoa(dead.id)))
+	})
 }
