@@ -261,10 +261,20 @@ func (c *core) checkSafeChange(cc raftpb.ConfChangeV2) error {
 }
 
 // recentlyHeard reports whether a message from peer id was stepped within
-// the last election timeout. Raft's own Progress.RecentActive is cleared
+// the last election timeout (in a quiesced group: whether its node was
+// heard from). Raft's own Progress.RecentActive is cleared
 // for every peer at each quorum check and so reads false for a while after
 // it, whatever the peer does.
 func (c *core) recentlyHeard(id uint64) bool {
+	// The node must have been heard from (node heartbeats, quiesce_live.go):
+	// a group's ticks stand still while it is quiesced, so its own record
+	// says nothing of the time since.
+	if !c.h.live.heardWithin(NodeID(id), c.h.cfg.electionTimeout()) {
+		return false
+	}
+	if c.quiesce.on {
+		return true // a quiesced group exchanges nothing: its members are as live as their nodes
+	}
 	t, ok := c.heard[id]
 	return ok && c.ticks-t <= uint64(c.h.cfg.ElectionTicks)
 }
