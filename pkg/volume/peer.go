@@ -107,7 +107,7 @@ func (v *Volume) ReadReplica(ctx context.Context, p []byte, off int64, minIndex 
 	if err := v.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
-	if !v.waitApplied(ctx, minIndex) {
+	if !v.waitApplied(ctx, minIndex, 0) {
 		return 0, fmt.Errorf("%w: index %d asked for, %d applied", ErrReplicaBehind, minIndex, v.AppliedThrough())
 	}
 	if err := v.local.ReadAt(ctx, p, off); err != nil {
@@ -117,16 +117,24 @@ func (v *Volume) ReadReplica(ctx context.Context, p []byte, off int64, minIndex 
 }
 
 // waitApplied waits until AppliedThrough reaches index; false when ctx
-// ended first.
-func (v *Volume) waitApplied(ctx context.Context, index uint64) bool {
+// ended first, or limit passed on the Volume's clock (0: no limit).
+func (v *Volume) waitApplied(ctx context.Context, index uint64, limit time.Duration) bool {
 	if v.AppliedThrough() >= index {
 		return true
 	}
 	t := v.clock.NewTicker(appliedPoll)
 	defer t.Stop()
+	var expired <-chan time.Time
+	if limit > 0 {
+		timer := v.clock.NewTimer(limit)
+		defer timer.Stop()
+		expired = timer.C()
+	}
 	for v.AppliedThrough() < index {
 		select {
 		case <-ctx.Done():
+			return false
+		case <-expired:
 			return false
 		case <-t.C():
 		}
@@ -164,12 +172,8 @@ func (v *Volume) readFromPeer(ctx context.Context, p []byte, off int64, localErr
 	if err == nil && len(data) != len(p) {
 		err = fmt.Errorf("a replica returned %d bytes for %d", len(data), len(p))
 	}
-	if err == nil {
-		wctx, cancel := context.WithTimeout(ctx, catchUpWait)
-		if !v.waitApplied(wctx, hi) {
-			err = fmt.Errorf("this replica did not reach index %d, which the bytes read reflect", hi)
-		}
-		cancel()
+	if err == nil && !v.waitApplied(ctx, hi, catchUpWait) {
+		err = fmt.Errorf("this replica did not reach index %d, which the bytes read reflect", hi)
 	}
 	if err != nil {
 		return fmt.Errorf("%w; not read from another replica either: %v", localErr, err)

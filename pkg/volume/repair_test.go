@@ -413,3 +413,30 @@ func TestReadReplicaWaitsForTheIndexAskedFor(t *testing.T) {
 		t.Errorf("misaligned ReadReplica: %v", err)
 	}
 }
+
+// TestPeerBytesAheadOfTheLeaderAreNotServed: bytes another replica read
+// reflecting entries this leader has not applied (and never will, here)
+// are not returned: the read answers its media error once the wait for
+// them runs out, so no later local read could see an older value.
+func TestPeerBytesAheadOfTheLeaderAreNotServed(t *testing.T) {
+	c := newLossyCluster(t)
+	id, v := c.leader()
+	ctx := context.Background()
+	if err := v.WriteAt(ctx, pattern(1, 1), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.locals[id].lose(0)
+	v.SetPeerReader(func(context.Context, replication.GroupID, int64, int, uint64) ([]byte, uint64, error) {
+		return pattern(1, 2), v.AppliedThrough() + 1000, nil
+	}, testLogger())
+	start := time.Now()
+	if err := v.ReadAt(ctx, make([]byte, 4096), 0); !errors.Is(err, backend.ErrMedia) {
+		t.Fatalf("read with a peer ahead of the leader: %v, want ErrMedia", err)
+	}
+	if d := time.Since(start); d < catchUpWait {
+		t.Fatalf("gave up after %v, before the catch-up wait of %v", d, catchUpWait)
+	}
+	if s := v.RepairStats(); s.Proposed != 0 || v.Counters().PeerRepairs() != 0 {
+		t.Fatalf("bytes not served were counted or repaired: %+v, %d", s, v.Counters().PeerRepairs())
+	}
+}
