@@ -84,6 +84,11 @@ type Config struct {
 	// round trip (Raft ReadIndex), instead of serving reads under a leader
 	// lease when one is held. Default false: leases on.
 	DisableLease bool
+	// SnapshotRate bounds the bytes per second a snapshot streams to one
+	// follower (a new replica catching up, or one back after being away),
+	// so that a rebuild of a replica leaves the drives and the network to
+	// client I/O. 0: unbounded. Not applied in Manual mode.
+	SnapshotRate int64
 	// DisableQuiesce keeps every group ticking Raft, with a heartbeat
 	// every HeartbeatTicks, however idle (doc.go, "Quiescence"). Default
 	// false: an idle group quiesces.

@@ -35,6 +35,9 @@ func (c *core) sendSnapshot(m raftpb.Message) {
 	body := func(w io.Writer) error {
 		base, ok := receiverBase(w)
 		pw := &progressWriter{w: w, clock: h.clock, log: log, start: h.clock.Now(), progress: progress}
+		if !h.cfg.Manual {
+			pw.rate = h.cfg.SnapshotRate
+		}
 		if ok {
 			pw.log = log.With("base", base.Applied)
 		}
@@ -142,6 +145,9 @@ type progressWriter struct {
 	logged   time.Time
 	written  int64
 	progress *streamProgress
+	// rate, when positive, paces the stream to that many bytes per second
+	// (Config.SnapshotRate).
+	rate int64
 }
 
 var (
@@ -155,6 +161,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
 	p.written += int64(n)
 	p.progress.sent.Add(int64(n))
+	p.pace()
 	since := p.start
 	if p.logged.After(since) {
 		since = p.logged
@@ -165,6 +172,19 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 			"rate_MBps", rate(p.written, now.Sub(p.start)))
 	}
 	return n, err
+}
+
+// pace waits until the bytes written so far are no more than rate allows
+// since the stream started.
+func (p *progressWriter) pace() {
+	if p.rate <= 0 {
+		return
+	}
+	due := p.start.Add(time.Duration(float64(p.written) / float64(p.rate) * float64(time.Second)))
+	if wait := due.Sub(p.clock.Now()); wait > 0 {
+		t := p.clock.NewTimer(wait)
+		<-t.C()
+	}
 }
 
 // ExpectBytes implements SnapshotSizer.

@@ -107,8 +107,23 @@ type Cluster struct {
 	// marked out and its replicas are re-created on other nodes. Default
 	// 10m; tests set seconds.
 	DownOutInterval Duration `toml:"down_out_interval"`
+	// SnapshotRate bounds the bytes per second a snapshot streams to one
+	// follower (a replica being added, or one back after being away).
+	// Default 256MiB; "0" streams unpaced.
+	SnapshotRate *Size `toml:"snapshot_rate"`
 	// Peers lists every node of the cluster, this one included.
 	Peers []Peer `toml:"peer"`
+}
+
+// DefaultSnapshotRate is SnapshotRate's default.
+const DefaultSnapshotRate = 256 << 20
+
+// SnapshotBytesPerSecond returns the snapshot rate in force (0: unpaced).
+func (c *Cluster) SnapshotBytesPerSecond() int64 {
+	if c.SnapshotRate == nil {
+		return DefaultSnapshotRate
+	}
+	return int64(*c.SnapshotRate)
 }
 
 // Peer is one node of the cluster as the others reach it.

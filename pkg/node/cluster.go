@@ -232,7 +232,7 @@ func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 	cp.host, err = replication.NewHost(replication.Config{
 		NodeID: replication.NodeID(cl.NodeID), Listen: cl.RaftListen, Peers: peers, LogRegion: region,
 		Clock: clock.Real(), Logger: log.With("part", "raft"), TickInterval: time.Duration(cl.RaftTick),
-		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks,
+		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks, SnapshotRate: cl.SnapshotBytesPerSecond(),
 		AlwaysAwake: []replication.GroupID{replication.GroupID(cluster.MetadataGroup)}, // never quiesced
 	})
 	if err != nil {
