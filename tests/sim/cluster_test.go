@@ -23,7 +23,7 @@ import (
 
 // Geometry of the simulated cluster.
 const (
-	nodeCount    = 3
+	nodeCount    = 4 // the initial voters and a spare (membership_test.go)
 	groupCount   = 2
 	blockSize    = 4096
 	volumeBlocks = 48
@@ -33,7 +33,11 @@ const (
 	maxInFlight  = 6 // operations in flight per volume
 )
 
+// members are each group's voters at the start; the other nodes are spares
+// that the membership changes bring in (membership_test.go).
 var members = []replication.NodeID{1, 2, 3}
+
+var nodeIDs = []replication.NodeID{1, 2, 3, 4}
 
 var errPowerLost = errors.New("sim: power lost")
 
@@ -48,6 +52,7 @@ type options struct {
 	partitions float64 // per step
 	driveLoss  float64 // per step: a drive of some node fails for good
 	store      storeOptions
+	membership float64 // per step and group: a membership change starts
 }
 
 func optionsFor(r *rand.Rand, mode storeMode) options {
@@ -64,6 +69,7 @@ func optionsFor(r *rand.Rand, mode storeMode) options {
 		partitions: 0.0002 + r.Float64()*0.0004,
 		driveLoss:  []float64{0, 0.0002, 0.0005}[r.IntN(3)],
 		store:      storeOptionsFor(r, mode),
+		membership: membershipRate(r),
 	}
 }
 
@@ -86,8 +92,9 @@ type simNode struct {
 	vols      [groupCount]*volume.Volume
 	lastTick  time.Time
 	counts    storeCounts
-	downUntil time.Time // when a crashed node restarts
-	crashAt   time.Time // power loss armed: crash then
+	downUntil time.Time               // when a crashed node restarts
+	groups    [groupCount]memberState // survives crashes
+	crashAt   time.Time               // power loss armed: crash then
 	failing   bool
 }
 
@@ -123,11 +130,16 @@ type sim struct {
 	nextWriteID uint64
 	healAt      time.Time // a partition is in force until then
 	leaders     map[[2]uint64]replication.NodeID
+	mem         [groupCount]groupMembership
+	calls       []*changeCall
+	sweeps      []*sweep
+	aiming      bool // faults aimed at the membership changes (with chaos)
 	trace       hash.Hash64
 	verbose     bool
 	failure     error
 	stats       struct {
 		acked, unknown, reads, readErrors, crashes, powerLosses, blackouts, partitions, transfers, drivesLost uint64
+		membership                                                                                            memberStats
 	}
 }
 
@@ -154,8 +166,12 @@ func newSim(t *testing.T, seed uint64, verbose bool, mode storeMode) *sim {
 		}
 	}
 	s.tracef("options %+v", s.opts)
-	for _, id := range members {
+	s.initMembership()
+	for _, id := range nodeIDs {
 		n := &simNode{id: id}
+		if slices.Contains(members, id) {
+			n.groups = [groupCount]memberState{bootstrapMember, bootstrapMember}
+		}
 		if err := s.newNodeMedia(n); err != nil {
 			s.failf("%v", err)
 			return s
@@ -203,7 +219,8 @@ func (s *sim) failf(format string, args ...any) {
 }
 
 // start opens node n's store on its drives and metadata, then its Host on
-// its region, and joins both volumes with the store's as replicas.
+// its region, and joins the volumes it is a member of with the store's as
+// replicas (startGroups).
 func (s *sim) start(n *simNode) {
 	if err := s.openStore(n); err != nil {
 		s.failf("%v", err)
@@ -222,13 +239,9 @@ func (s *sim) start(n *simNode) {
 		s.failf("%v: start: %v", n.id, err)
 		return
 	}
-	for g := range groupCount {
-		v, err := volume.Add(h, replication.GroupID(g+1), members, n.locals[g])
-		if err != nil {
-			s.failf("%v: adding volume %d: %v", n.id, g+1, err)
-			return
-		}
-		n.vols[g] = v
+	if err := s.startGroups(n, h); err != nil {
+		s.failf("%v", err)
+		return
 	}
 	n.host = h
 }
@@ -261,6 +274,7 @@ func (s *sim) run(d time.Duration, chaos bool) {
 			s.chaos()
 		}
 		s.lifecycle()
+		s.membership(chaos)
 		s.settle()
 		for _, n := range s.nodes {
 			if n.up() {
@@ -310,6 +324,7 @@ func (s *sim) lifecycle() {
 		case !n.up() && !now.Before(n.downUntil):
 			s.tracef("%v restarts", n.id)
 			s.start(n)
+			s.recovered()
 		}
 	}
 	if !s.healAt.IsZero() && !now.Before(s.healAt) {
@@ -372,6 +387,7 @@ func (s *sim) crash(n *simNode, why string) {
 			s.finish(op, errCrashed)
 		}
 	}
+	s.crashedMembership(n)
 }
 
 var errCrashed = errors.New("sim: node crashed")
@@ -380,17 +396,17 @@ var errCrashed = errors.New("sim: node crashed")
 // link, for a while.
 func (s *sim) partition() {
 	s.stats.partitions++
-	victim := members[s.rand.IntN(nodeCount)]
+	victim := nodeIDs[s.rand.IntN(nodeCount)]
 	if l := s.leaderOf(s.rand.IntN(groupCount)); l != nil && s.rand.IntN(2) == 0 {
 		victim = l.id
 	}
 	if s.rand.IntN(4) == 0 {
-		other := members[(int(victim)+s.rand.IntN(2))%nodeCount]
+		other := nodeIDs[(int(victim)+s.rand.IntN(nodeCount-1))%nodeCount] // victim is nodeIDs[victim-1]
 		s.net.Block(victim, other)
 		s.tracef("network: %v -> %v cut", victim, other)
 	} else {
 		var others []replication.NodeID
-		for _, id := range members {
+		for _, id := range nodeIDs {
 			if id != victim {
 				others = append(others, id)
 			}
@@ -406,7 +422,7 @@ func (s *sim) partition() {
 func (s *sim) leaderOf(g int) *simNode {
 	var leaders []*simNode
 	for _, n := range s.upNodes() {
-		if n.vols[g].Group().IsLeader() {
+		if n.vols[g] != nil && n.vols[g].Group().IsLeader() {
 			leaders = append(leaders, n)
 		}
 	}
@@ -421,7 +437,16 @@ func (s *sim) transfer(g int) {
 	if l == nil {
 		return
 	}
-	to := members[(int(l.id)+s.rand.IntN(2))%nodeCount]
+	var others []replication.NodeID
+	for _, id := range l.vols[g].Group().Members().Voters {
+		if id != l.id {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return
+	}
+	to := others[s.rand.IntN(len(others))]
 	s.stats.transfers++
 	s.tracef("g%d: transfer leadership %v -> %v", g+1, l.id, to)
 	l.vols[g].Group().TransferLeadership(to)
@@ -431,6 +456,9 @@ func (s *sim) transfer(g int) {
 func (s *sim) checkLeaders() {
 	for _, n := range s.upNodes() {
 		for g := range groupCount {
+			if n.vols[g] == nil {
+				continue
+			}
 			st := n.vols[g].Group().Status()
 			if st.Role != replication.RoleLeader {
 				continue

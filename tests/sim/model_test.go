@@ -12,7 +12,8 @@ import (
 // been committed). A write ID 0 is a zeroed block.
 type blockModel struct {
 	possible []uint64
-	busy     bool // a write or read of this block is in flight
+	busy     bool   // a write or read of this block is in flight
+	trims    uint64 // trims of this block issued so far (sweeps, membership_check_test.go)
 }
 
 func (b *blockModel) acknowledged(id uint64) { b.possible = append(b.possible[:0], id) }

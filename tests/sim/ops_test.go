@@ -64,6 +64,9 @@ func (s *sim) write(g int, trim bool) {
 	op := s.newOp(n, g, first, count)
 	done := func(err error) { s.finish(op, err) }
 	if trim {
+		for b := first; b < first+count; b++ {
+			s.model[g][b].trims++
+		}
 		s.tracef("op %d: %v trims g%d blocks [%d, %d)", op.seq, n.id, g+1, first, first+count)
 		n.vols[g].TrimAsync(first*blockSize, count*blockSize, done)
 		return
@@ -99,6 +102,9 @@ func (s *sim) read(g int) {
 // the ANA errors, at once.
 func (s *sim) writeToFollower(g int) {
 	for _, n := range s.upNodes() {
+		if n.vols[g] == nil {
+			continue
+		}
 		grp := n.vols[g].Group()
 		if grp.IsLeader() {
 			continue
@@ -200,6 +206,7 @@ func (s *sim) converge() {
 	s.waitFor("every node up, no operation in flight, a leader per volume", 30*time.Second, func() bool {
 		return len(s.upNodes()) == nodeCount && len(s.inflight) == 0 && s.leaderOf(0) != nil && s.leaderOf(1) != nil
 	})
+	s.waitFor("the membership changes in progress complete", 30*time.Second, s.membershipSettled)
 	for g := range groupCount {
 		acked := s.stats.acked
 		s.waitFor("a final write acknowledged", 30*time.Second, func() bool {
@@ -222,7 +229,7 @@ func (s *sim) waitFor(what string, limit time.Duration, cond func() bool) {
 	deadline := s.clock.Now().Add(limit)
 	for s.failure == nil && !cond() {
 		if !s.clock.Now().Before(deadline) {
-			s.failf("liveness: not reached within %v of simulated time: %s", limit, what)
+			s.failf("liveness: not reached within %v of simulated time: %s (%s)", limit, what, s.describeGroups())
 			return
 		}
 		s.run(10*time.Millisecond, false)
@@ -236,7 +243,7 @@ func (s *sim) replicasCaughtUp() bool {
 			return false
 		}
 		lead := l.vols[g].Group().Status()
-		for _, n := range s.nodes {
+		for _, n := range s.membersOf(g) {
 			st := n.vols[g].Group().Status()
 			if st.Applied != lead.Commit || st.LastIndex != lead.LastIndex || st.Err != nil {
 				return false
@@ -246,16 +253,17 @@ func (s *sim) replicasCaughtUp() bool {
 	return true
 }
 
-// checkReplicas reads every node's replicas from its store, checks each
+// checkReplicas reads every member's replicas from its store, checks each
 // against the model (a lost acknowledged write is named as such), and
 // compares them byte for byte.
 func (s *sim) checkReplicas() {
-	for _, n := range s.nodes {
+	for _, n := range s.upNodes() {
 		s.tracef("%s", n.storeSummary())
 	}
 	for g := range groupCount {
 		var first []byte
-		for _, n := range s.nodes {
+		var firstNode *simNode
+		for _, n := range s.membersOf(g) {
 			got, err := n.readReplica(g)
 			if err != nil {
 				s.failf("%v", err)
@@ -265,9 +273,9 @@ func (s *sim) checkReplicas() {
 				return
 			}
 			if first == nil {
-				first = got
+				first, firstNode = got, n
 			} else if !bytes.Equal(got, first) {
-				s.failf("g%d: the replicas on %v and %v differ at block %d", g+1, s.nodes[0].id, n.id,
+				s.failf("g%d: the replicas on %v and %v differ at block %d", g+1, firstNode.id, n.id,
 					firstDifference(got, first)/blockSize)
 				return
 			}

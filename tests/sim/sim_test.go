@@ -15,6 +15,7 @@ var (
 	flagSeed     = flag.Uint64("sim.seed", 0, "replay this one seed (with -v: its trace)")
 	flagDuration = flag.Duration("sim.duration", 6*time.Second, "simulated time of the chaotic phase per seed")
 	flagStore    = flag.String("sim.store", "", "the stores' mode: copy or staged (default: each seed draws one)")
+	flagMembers  = flag.Bool("sim.membership", true, "change the groups' membership during the run (false: never)")
 )
 
 // storeModeFlag returns the mode -sim.store asks for (0: the seed's).
@@ -62,10 +63,10 @@ func TestSim(t *testing.T) {
 				t.Fatalf("seed %d failed: %v\nreplay: go test ./tests/sim -run 'TestSim$' -sim.seed=%d -v", seed, s.failure, seed)
 			}
 			t.Logf("seed %d (%v stores, %d+%d): %d writes acknowledged, %d unknown, %d reads checked (%d failed), "+
-				"%d crashes (%d power losses, %d blackouts), %d partitions, %d transfers, %d drives lost; %s; network %+v", seed,
+				"%d crashes (%d power losses, %d blackouts), %d partitions, %d transfers, %d drives lost; %s; %s; network %+v", seed,
 				s.opts.store.mode, s.opts.store.drives-s.opts.store.parity, s.opts.store.parity, s.stats.acked,
 				s.stats.unknown, s.stats.reads, s.stats.readErrors, s.stats.crashes, s.stats.powerLosses, s.stats.blackouts,
-				s.stats.partitions, s.stats.transfers, s.stats.drivesLost, s.storeTotals(), s.net.Stats())
+				s.stats.partitions, s.stats.transfers, s.stats.drivesLost, s.stats.membership, s.storeTotals(), s.net.Stats())
 		})
 	}
 }
@@ -83,6 +84,7 @@ func runSeed(t *testing.T, seed uint64, verbose bool, d time.Duration, mode stor
 		s.blackout()
 		s.converge()
 	}
+	s.endChanges()
 	return s
 }
 
