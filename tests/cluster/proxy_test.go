@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -13,10 +14,15 @@ import (
 // accepts to target until it is blocked; blocking cuts every connection it
 // carries and refuses new ones (a network partition as TCP sees it when
 // the peer's packets vanish and the connection is reset). Delay adds
-// latency to every chunk forwarded.
+// latency to every chunk forwarded. It counts the bytes it forwarded each
+// way.
 type proxy struct {
 	ln     net.Listener
 	target string
+
+	// toTarget counts the bytes forwarded to target, fromTarget those
+	// forwarded back to the connections' dialers.
+	toTarget, fromTarget atomic.Int64
 
 	mu      sync.Mutex
 	blocked bool
@@ -89,12 +95,13 @@ func (p *proxy) pipe(in net.Conn) {
 	}
 	defer p.untrack(out)
 	done := make(chan struct{}, 2)
-	go func() { p.copy(out, in); done <- struct{}{} }()
-	go func() { p.copy(in, out); done <- struct{}{} }()
+	go func() { p.copy(out, in, &p.toTarget); done <- struct{}{} }()
+	go func() { p.copy(in, out, &p.fromTarget); done <- struct{}{} }()
 	<-done // one direction ended: end both
 }
 
-func (p *proxy) copy(dst, src net.Conn) {
+// copy forwards src to dst, adding what it wrote to count.
+func (p *proxy) copy(dst, src net.Conn, count *atomic.Int64) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := src.Read(buf)
@@ -108,7 +115,9 @@ func (p *proxy) copy(dst, src net.Conn) {
 			if d > 0 {
 				time.Sleep(d)
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			w, werr := dst.Write(buf[:n])
+			count.Add(int64(w))
+			if werr != nil {
 				return
 			}
 		}
@@ -187,6 +196,13 @@ func TestProxyForwardsAndPartitions(t *testing.T) {
 	}
 	if err := roundTrip(); err != nil {
 		t.Fatalf("open link: %v", err)
+	}
+	// The counts are added just after each write: poll for them.
+	for deadline := time.Now().Add(time.Second); p.toTarget.Load() != 4 || p.fromTarget.Load() != 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("counted %d bytes to the target and %d back, want 4 and 4", p.toTarget.Load(), p.fromTarget.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	// A connection open across the partition is cut.
 	c, err := net.Dial("tcp", p.addr())
