@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestNodeStartsDegradedWithADriveFileMissing(t *testing.T) {
 	if err := os.Remove(missing); err != nil {
 		t.Fatal(err)
 	}
-	var logged bytes.Buffer
+	var logged lockedBuffer // the rebuilder logs from its own goroutine
 	n, err = Start(cfg, slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatalf("start with %s missing: %v", missing, err)
@@ -147,4 +148,22 @@ func TestNodeDriveRoutes(t *testing.T) {
 	if v.Rebuild.Passes < 2 || v.Rebuild.LastError != "" {
 		t.Fatalf("rebuild %+v", v.Rebuild)
 	}
+}
+
+// lockedBuffer is a log sink safe for the node's goroutines and the test's.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
