@@ -196,7 +196,8 @@ func (h *Host) addGroup(id GroupID, members []NodeID, sm StateMachine, join bool
 	s := h.mu.dormant[id]
 	delete(h.mu.dormant, id)
 	bootstrap := s == nil && !join
-	if s == nil && join {
+	joined := s == nil && join
+	if joined {
 		s = h.newStorage(id)
 		if tomb != nil {
 			s.attachTombstone(tomb)
@@ -223,6 +224,12 @@ func (h *Host) addGroup(id GroupID, members []NodeID, sm StateMachine, join bool
 
 	if bootstrap {
 		if err := s.bootstrap(h.ctx, members); err != nil {
+			h.unregister(id)
+			return nil, err
+		}
+	}
+	if joined {
+		if err := s.initJoined(h.ctx); err != nil {
 			h.unregister(id)
 			return nil, err
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -259,6 +258,7 @@ func (c *core) checkStep(m *raftpb.Message) error {
 	if !containsID(c.members, m.From) {
 		return refused(RejectMember, "%v from %v, not a member of %v (members %v)", m.Type, NodeID(m.From), c.g.id, c.members)
 	}
+
 	if m.Type != raftpb.MsgHeartbeat || m.Commit <= c.logFloor {
 		return nil
 	}
@@ -292,8 +292,14 @@ func (c *core) settle() error {
 func (c *core) setConf(cs raftpb.ConfState) {
 	c.conf = cs
 	c.members = members(cs)
-	if len(c.members) == 0 {
-		c.members = slices.Clone(c.g.joinPeers)
+	// The peers the group was added with are the voters as its owner knows
+	// them now (the metadata): a member whose configuration is older than
+	// that (it was down or cut off while members were added) must hear the
+	// members added since, the leader among them, to catch up.
+	for _, p := range c.g.joinPeers {
+		if !containsID(c.members, p) {
+			c.members = append(c.members, p)
+		}
 	}
 	c.publishQuiescePeers()
 	m := membershipOf(cs)

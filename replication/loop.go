@@ -148,7 +148,7 @@ func (c *core) step(m raftpb.Message) error {
 	}
 	c.onStep(&m) // wakes a quiesced group (quiesce.go)
 	c.heard[m.From] = c.ticks
-	if c.voteDelayed(m) || c.voteBelowFloor(m) { // tombstone.go
+	if c.voteDelayed(m) || c.voteBelowFloor(m) || c.voteUnconfigured(m) { // tombstone.go, membership.go
 		c.stats.dropped++
 		return nil
 	}

@@ -260,6 +260,36 @@ func (c *core) checkSafeChange(cc raftpb.ConfChangeV2) error {
 	return nil
 }
 
+// voteUnconfigured reports whether m asks for a vote of a member that has no
+// configuration yet (it joined, or rejoined with an empty log): such a
+// member knows nothing of the group's log, and its vote could elect a
+// candidate that lacks committed entries, a committed configuration among
+// them. It votes only once it has caught up, and so has a configuration.
+// The request is dropped (not refused: the connection carries other groups).
+func (c *core) voteUnconfigured(m raftpb.Message) bool {
+	return len(c.conf.Voters) == 0 && (m.Type == raftpb.MsgVote || m.Type == raftpb.MsgPreVote)
+}
+
+// AddPeers adds peers to the nodes this member takes messages from beside
+// its configuration: its owner's view of the group's current members (the
+// metadata), which may be newer than the configuration this member has
+// applied (it was down or cut off while members were added), so that it
+// hears the new members, a new leader among them, and catches up.
+func (g *Group) AddPeers(peers []NodeID) {
+	g.exec(func(c *core) {
+		changed := false
+		for _, p := range peers {
+			if p != g.host.cfg.NodeID && !containsID(g.joinPeers, uint64(p)) {
+				g.joinPeers = append(g.joinPeers, uint64(p))
+				changed = true
+			}
+		}
+		if changed {
+			c.setConf(c.conf)
+		}
+	})
+}
+
 // recentlyHeard reports whether a message from peer id was stepped within
 // the last election timeout (in a quiesced group: whether its node was
 // heard from). Raft's own Progress.RecentActive is cleared

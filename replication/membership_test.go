@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -235,5 +236,50 @@ func TestVoterChangeRightAfterAQuorumCheck(t *testing.T) {
 	c.runUntil(5*time.Second, "the change answers", func() bool { return len(result) == 1 })
 	if err := <-result; err != nil {
 		t.Fatalf("adding a voter to a healthy group right after a quorum check: %v", err)
+	}
+}
+
+// noSnapshots drops every snapshot its node sends.
+type noSnapshots struct{ Transport }
+
+func (noSnapshots) SendSnapshot(_ GroupID, _ raftpb.Message, _ func(io.Writer) error, done func(error)) {
+	done(errors.New("test: snapshots dropped"))
+}
+
+// TestJoinedMemberRecoversBeforeItsSnapshot: a node that joined a group
+// persists its term as soon as the leader reaches it, before the snapshot;
+// power lost then, its log must still recover (the group, empty, with its
+// term). Before JoinGroup persisted an initial state record, recovery
+// failed with "has log entries but no state record", and with it the Host
+// and every group on the node.
+func TestJoinedMemberRecoversBeforeItsSnapshot(t *testing.T) {
+	c := newSimCluster(t, 21, func(cfg *Config) { cfg.CompactionMargin = 4 })
+	c.wrap = func(_ NodeID, tr Transport) Transport { return noSnapshots{tr} }
+	c.startAll()
+	leader := c.leader()
+	for i := range int64(10) {
+		if err := c.write(leader, i, byte(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.startJoiner(4, []NodeID{1, 2, 3})
+	if err := c.change(leader, MemberChange{AddLearner, 4}); err != nil {
+		t.Fatal(err)
+	}
+	c.runUntil(5*time.Second, "the joiner learns the leader's term", func() bool {
+		return c.hosts[4].Group(1).Status().Term > 0
+	})
+	if got := c.vols[4].Group().Status().SnapshotsReceived; got != 0 {
+		t.Fatalf("the joiner received %d snapshots, want none (they are dropped)", got)
+	}
+	c.crash(4)
+	h, err := NewHost(Config{NodeID: 4, LogRegion: c.regions[4], Clock: c.clock, Logger: testLogger(),
+		Transport: c.net.Endpoint(4), Manual: true, TickInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("the joiner's log after a power loss before its snapshot: %v", err)
+	}
+	defer h.Close()
+	if got := h.RecoveredGroups(); !slices.Equal(got, []GroupID{1}) {
+		t.Fatalf("recovered groups %v, want [group1]", got)
 	}
 }

@@ -416,6 +416,25 @@ func (s *logStorage) bootstrap(ctx context.Context, members []NodeID) error {
 	return nil
 }
 
+// initJoined persists the state of a group this node joins (Host.JoinGroup):
+// a state record at index 0 with no configuration, so that recovery finds
+// one whatever the node persists next (its term and vote, before the
+// leader's snapshot arrives). A tombstone's term and vote (s.hard) carry
+// over.
+func (s *logStorage) initJoined(ctx context.Context) error {
+	pieces, err := s.builder.stateRecord(s.group, stateFlagReplace, s.hard, 0, 0, raftpb.ConfState{}, nil)
+	if err != nil {
+		return err
+	}
+	seq, err := s.write(ctx, kindState, pieces)
+	if err != nil {
+		return fmt.Errorf("replication: while persisting the state of %v, which this node joins: %w", s.group, err)
+	}
+	s.stateSeq = seq
+	s.updatePin()
+	return nil
+}
+
 // errBufferFull: in manual mode, a record did not fit in the write buffer.
 var errBufferFull = errors.New("replication: write buffer full (manual mode does not wait for space)")
 

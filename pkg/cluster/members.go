@@ -35,6 +35,10 @@ type MemberGroup interface {
 	Group
 	// Members returns the configuration as this node applied it last.
 	Members() Membership
+	// AddPeers adds nodes this member takes messages from beside its
+	// configuration: the metadata's view of the group's members, which may
+	// be newer than the configuration it has applied.
+	AddPeers(peers []NodeID)
 	// ChangeMembers changes the configuration, on the leader, and returns
 	// once it is applied here (a joint change once it is left). It refuses
 	// a change while another is in progress and one that would leave the
@@ -56,6 +60,37 @@ type mover struct {
 	wg   sync.WaitGroup
 	// peers are the Raft addresses last handed to Config.SetPeer.
 	peers map[NodeID]string
+	// told is, per local volume, the members last handed to AddPeers.
+	told map[GroupID][]NodeID
+}
+
+// tellPeers hands each local volume's group the members the metadata names
+// for it, when they changed: a member that was down or cut off while others
+// were added must hear them to catch up. Only on a change: the call wakes a
+// quiesced group.
+func (r *reconciler) tellPeers(s *State) {
+	if r.mv.told == nil {
+		r.mv.told = map[GroupID][]NodeID{}
+	}
+	for id, lv := range r.vols {
+		v := s.VolumeByID(id)
+		mg, ok := lv.group.(MemberGroup)
+		if v == nil || !ok {
+			continue
+		}
+		members := v.holders()
+		slices.Sort(members)
+		if slices.Equal(members, r.mv.told[id]) {
+			continue
+		}
+		r.mv.told[id] = members
+		mg.AddPeers(members)
+	}
+	for id := range r.mv.told {
+		if r.vols[id] == nil {
+			delete(r.mv.told, id)
+		}
+	}
 }
 
 // publishPeers hands the transport the Raft address of every node the

@@ -190,6 +190,7 @@ type fakeMember struct {
 
 func (g *fakeMember) Propose(context.Context, []byte) error { return errors.New("fake: no proposals") }
 func (g *fakeMember) ReadBarrier(context.Context) error     { return nil }
+func (g *fakeMember) AddPeers([]NodeID)                     {}
 func (g *fakeMember) Leader() NodeID                        { return 1 }
 func (g *fakeMember) IsLeader() bool                        { return true }
 func (g *fakeMember) Watch() <-chan NodeID                  { return make(chan NodeID) }

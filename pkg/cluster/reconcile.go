@@ -143,6 +143,7 @@ func (r *reconciler) reconcile(ctx context.Context) {
 	}
 	r.balance(s)
 	r.publishPeers(s)
+	r.tellPeers(s)
 	r.moveReplicas(ctx, s)
 }
 

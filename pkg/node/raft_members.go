@@ -15,6 +15,9 @@ func (rg raftGroup) Members() cluster.Membership {
 		Outgoing: toClusterIDs(m.Outgoing)}
 }
 
+// AddPeers implements cluster.MemberGroup.
+func (rg raftGroup) AddPeers(peers []cluster.NodeID) { rg.g.AddPeers(toReplIDs(peers)) }
+
 // ChangeMembers implements cluster.MemberGroup.
 func (rg raftGroup) ChangeMembers(ctx context.Context, changes ...cluster.MemberChange) error {
 	out := make([]replication.MemberChange, len(changes))

@@ -318,6 +318,12 @@ func (s *sim) endPhase(g int, ph memberPhase) {
 			s.dropReplica(g, s.node(r))
 		}
 	}
+	// As a cluster node's reconciler does when the metadata's members
+	// change (pkg/cluster, tellPeers): every member hears the current
+	// voters, so that one that was cut off while they were added catches up.
+	for _, n := range s.membersOf(g) {
+		n.vols[g].Group().AddPeers(s.peersOf(g))
+	}
 	s.stats.membership.phases++
 	m.sweepDue = true
 	s.tracef("g%d: membership %s: phase %v done", g+1, m.op.kind, ph)

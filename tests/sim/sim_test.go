@@ -106,3 +106,32 @@ func TestSimIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// foundSeeds are seeds that found bugs, each replayed on every run (with
+// -short too): as long as the code they ran through is unchanged they take
+// the same path, and after a change they remain runs the model checks.
+var foundSeeds = []struct {
+	seed uint64
+	bug  string
+}{
+	{7002, "a node that joined and lost power before the leader's snapshot could not recover its log"},
+	{30043, "a member rejoined with an empty log voted for a candidate with an old configuration: a committed one was lost"},
+	{30037, "a member restarted with an old configuration refused the members added since, the leader among them"},
+	{40143, "a member cut off while a node was added refused the new leader for ever"},
+}
+
+// TestSimFoundSeeds replays foundSeeds.
+func TestSimFoundSeeds(t *testing.T) {
+	if *flagSeed != 0 {
+		t.Skip("-sim.seed replays one seed in TestSim")
+	}
+	for _, f := range foundSeeds {
+		t.Run(fmt.Sprintf("seed=%d", f.seed), func(t *testing.T) {
+			s := runSeed(t, f.seed, false, *flagDuration, storeModeFlag(t))
+			if s.failure != nil {
+				t.Fatalf("seed %d (it found: %s) failed: %v\nreplay: go test ./tests/sim -run 'TestSim$' -sim.seed=%d -v",
+					f.seed, f.bug, s.failure, f.seed)
+			}
+		})
+	}
+}
