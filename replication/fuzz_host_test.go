@@ -187,7 +187,7 @@ func (c *hostileCluster) handled(t *testing.T, conn net.Conn, h *Host) {
 	}
 	g := h.Group(c.target)
 	deadline := time.Now().Add(5 * time.Second)
-	for len(g.inbox) > 0 && !g.stopped.Load() {
+	for g.inbox.len() > 0 && !g.stopped.Load() {
 		if time.Now().After(deadline) {
 			t.Fatal("the target group's inbox does not drain")
 		}

@@ -17,7 +17,7 @@ import (
 
 // Queue bounds of a group (every queue is bounded).
 const (
-	inboxSize      = 1024 // raft messages; beyond, messages are dropped
+	inboxSize      = 1024 // raft messages; beyond, messages are dropped (inbox.go)
 	proposalsSize  = 1024 // proposals; beyond, Propose waits
 	readsSize      = 1024 // read barriers; beyond, ReadBarrier waits
 	controlSize    = 16
@@ -36,7 +36,7 @@ type Group struct {
 	// a joining node takes messages from before it has a configuration.
 	joinPeers []uint64
 
-	inbox     chan inbound
+	inbox     inboxQueue
 	proposals chan *proposal
 	reads     chan *readRequest
 	control   chan func(*core)
@@ -109,9 +109,8 @@ type snapshotReport struct {
 }
 
 func newGroup(h *Host, id GroupID, s *logStorage) *Group {
-	return &Group{
+	g := &Group{
 		id: id, host: h, storage: s,
-		inbox:     make(chan inbound, inboxSize),
 		proposals: make(chan *proposal, proposalsSize),
 		reads:     make(chan *readRequest, readsSize),
 		control:   make(chan func(*core), controlSize),
@@ -119,6 +118,8 @@ func newGroup(h *Host, id GroupID, s *logStorage) *Group {
 		stopping:  make(chan struct{}),
 		done:      make(chan struct{}),
 	}
+	g.inbox.init()
+	return g
 }
 
 // ID returns the group's ID.
@@ -338,10 +339,7 @@ func (g *Group) deliver(in inbound) {
 	if g.stopped.Load() {
 		return
 	}
-	select {
-	case g.inbox <- in:
-	default:
-	}
+	g.inbox.put(in)
 }
 
 func (g *Group) reportUnreachable(to NodeID) {
@@ -491,8 +489,8 @@ func (g *Group) run() {
 			return
 		case <-c.ticker.C():
 			c.tick()
-		case in := <-g.inbox:
-			c.stepInbound(in)
+		case <-g.inbox.ready:
+			c.stepInbox()
 		case p := <-g.proposals:
 			c.queueProposal(p)
 		case r := <-g.reads:

@@ -238,6 +238,9 @@ func (c *core) iterate() (bool, error) {
 	c.reads.complete(c.applied)
 	c.publishLease()
 	c.maybeQuiesce()
+	if c.quiesce.on {
+		c.g.inbox.release() // an idle group holds no message buffers
+	}
 	err := c.maybeCompact()
 	c.starved = false
 	if err != nil {
@@ -253,9 +256,8 @@ func (c *core) iterate() (bool, error) {
 func (c *core) drain() bool {
 	busy := c.drainReports()
 	for {
+		stepped := c.stepInbox()
 		select {
-		case in := <-c.g.inbox:
-			c.stepInbound(in)
 		case f := <-c.g.control:
 			c.runControl(f)
 		case p := <-c.g.proposals:
@@ -263,10 +265,26 @@ func (c *core) drain() bool {
 		case r := <-c.g.reads:
 			c.queueRead(r)
 		default:
-			return busy
+			if !stepped {
+				return busy
+			}
 		}
 		busy = true
 	}
+}
+
+// stepInbox steps every message the inbox holds, oldest first, and reports
+// whether there was one.
+func (c *core) stepInbox() bool {
+	msgs := c.g.inbox.take()
+	if msgs == nil {
+		return false
+	}
+	for i := range msgs {
+		c.stepInbound(msgs[i])
+	}
+	c.g.inbox.done(msgs)
+	return true
 }
 
 func (c *core) drainReports() bool {
