@@ -14,6 +14,10 @@
 // leadership of its volumes and of the metadata to caught-up voters (at
 // most 5 s of the 10), so that hosts see a leadership transfer, not a
 // crash.
+//
+// With the environment variable BASALT_PPROF=host:port (off by default) it
+// also serves Go's profiling handlers under /debug/pprof/ on that address,
+// unauthenticated: see pprof.go.
 package main
 
 import (
@@ -75,6 +79,10 @@ func run() int {
 		cfg.Log.Level = *level
 	}
 	log := newLogger(cfg.Log)
+	if _, err := startPprof(log); err != nil {
+		log.Error("start failed", "err", err)
+		return 1
+	}
 	n, err := node.Start(cfg, log.With("node", cfg.Node.Name))
 	if err != nil {
 		log.Error("start failed", "err", err)
