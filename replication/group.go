@@ -17,7 +17,7 @@ import (
 
 // Queue bounds of a group (every queue is bounded).
 const (
-	inboxSize      = 1024 // raft messages; beyond, messages are dropped (inbox.go)
+	inboxSize      = 1024 // raft messages; beyond, messages are dropped (queue.go)
 	proposalsSize  = 1024 // proposals; beyond, Propose waits
 	readsSize      = 1024 // read barriers; beyond, ReadBarrier waits
 	controlSize    = 16
@@ -36,9 +36,9 @@ type Group struct {
 	// a joining node takes messages from before it has a configuration.
 	joinPeers []uint64
 
-	inbox     inboxQueue
-	proposals chan *proposal
-	reads     chan *readRequest
+	inbox     queue[inbound]
+	proposals queue[*proposal]
+	reads     queue[*readRequest]
 	control   chan func(*core)
 	wakeCh    chan struct{}
 	// checkpoint asks the loop to compact and rewrite its log (releaser).
@@ -111,14 +111,14 @@ type snapshotReport struct {
 func newGroup(h *Host, id GroupID, s *logStorage) *Group {
 	g := &Group{
 		id: id, host: h, storage: s,
-		proposals: make(chan *proposal, proposalsSize),
-		reads:     make(chan *readRequest, readsSize),
-		control:   make(chan func(*core), controlSize),
-		wakeCh:    make(chan struct{}, 1),
-		stopping:  make(chan struct{}),
-		done:      make(chan struct{}),
+		control:  make(chan func(*core), controlSize),
+		wakeCh:   make(chan struct{}, 1),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
 	}
-	g.inbox.init()
+	g.inbox.init(inboxSize)
+	g.proposals.init(proposalsSize)
+	g.reads.init(readsSize)
 	return g
 }
 
@@ -214,7 +214,7 @@ func (g *Group) proposeEntry(ctx context.Context, entry []byte) error {
 	}
 	result := make(chan error, 1)
 	p := &proposal{data: entry, done: func(err error) { result <- err }, start: g.host.clock.Now()}
-	return submitAndWait(ctx, g, g.proposals, p, result)
+	return submitAndWait(ctx, g, &g.proposals, p, result)
 }
 
 func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
@@ -223,13 +223,9 @@ func (g *Group) proposeEntryAsync(entry []byte, done func(error)) {
 		return
 	}
 	p := &proposal{data: entry, done: done, start: g.host.clock.Now()}
-	select {
-	case g.proposals <- p:
-	default:
+	if !g.proposals.put(p) {
 		g.queueWaits.Add(1)
-		select {
-		case g.proposals <- p:
-		case <-g.stopping:
+		if !g.proposals.putWait(p, g.stopping, nil) {
 			done(g.stopErr())
 			return
 		}
@@ -286,17 +282,16 @@ func (g *Group) ReadBarrier(ctx context.Context) error {
 	}
 	result := make(chan error, 1)
 	r := &readRequest{done: func(err error) { result <- err }}
-	return submitAndWait(ctx, g, g.reads, r, result)
+	return submitAndWait(ctx, g, &g.reads, r, result)
 }
 
-// submitAndWait hands item to the group loop through ch and waits for its
+// submitAndWait hands item to the group loop through q and waits for its
 // result, giving up when ctx ends or the group stops before the hand-over.
-func submitAndWait[T any](ctx context.Context, g *Group, ch chan<- T, item T, result <-chan error) error {
-	select {
-	case ch <- item:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.stopping:
+func submitAndWait[T any](ctx context.Context, g *Group, q *queue[T], item T, result <-chan error) error {
+	if !q.putWait(item, ctx.Done(), g.stopping) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		return g.stopErr()
 	}
 	select {
@@ -318,9 +313,7 @@ func (g *Group) ReadBarrierAsync(done func(error)) {
 		done(nil)
 		return
 	}
-	select {
-	case g.reads <- &readRequest{done: done}:
-	default:
+	if !g.reads.put(&readRequest{done: done}) {
 		done(ErrProposalDropped)
 	}
 }
@@ -491,10 +484,10 @@ func (g *Group) run() {
 			c.tick()
 		case <-g.inbox.ready:
 			c.stepInbox()
-		case p := <-g.proposals:
-			c.queueProposal(p)
-		case r := <-g.reads:
-			c.queueRead(r)
+		case <-g.proposals.ready:
+			c.takeProposals()
+		case <-g.reads.ready:
+			c.takeReads()
 		case f := <-g.control:
 			c.runControl(f)
 		case <-g.wakeCh:
@@ -617,13 +610,21 @@ func (g *Group) finishOnce() {
 // failQueued fails every proposal and read barrier in the queues.
 func (g *Group) failQueued() {
 	for {
-		select {
-		case p := <-g.proposals:
-			p.done(g.stopErr())
-		case r := <-g.reads:
-			r.done(g.stopErr())
-		default:
+		ps, rs := g.proposals.take(), g.reads.take()
+		if ps == nil && rs == nil {
 			return
+		}
+		for _, p := range ps {
+			p.done(g.stopErr())
+		}
+		for _, r := range rs {
+			r.done(g.stopErr())
+		}
+		if ps != nil {
+			g.proposals.done(ps)
+		}
+		if rs != nil {
+			g.reads.done(rs)
 		}
 	}
 }
