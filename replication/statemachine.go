@@ -60,3 +60,14 @@ type Checkpointer interface {
 type LogRetainer interface {
 	ReleaseLog(ctx context.Context) error
 }
+
+// IndexRecorder is implemented by a StateMachine that persists its applied
+// index and must keep it equal to the group's: the group calls RecordIndex,
+// on the loop and in log order, for each committed entry that carries
+// nothing for the state machine (a new leader's empty entry, a configuration
+// change), which Apply never sees. Without it, the group's log may be
+// compacted past AppliedIndex over such entries (they change nothing), and
+// the state machine's persisted index then lags the log's start.
+type IndexRecorder interface {
+	RecordIndex(ctx context.Context, index uint64) error
+}

@@ -140,6 +140,23 @@ func (m *Machine) Apply(_ context.Context, index uint64, data []byte) error {
 	return nil
 }
 
+// RecordIndex implements replication.IndexRecorder: an entry the group
+// applied that carried no command (a new leader's empty entry, a
+// configuration change) advances the persisted applied index too, so that
+// it never lags the start of the group's compacted log (which a restart
+// would take for lost metadata).
+func (m *Machine) RecordIndex(_ context.Context, index uint64) error {
+	cur := m.cur.Load()
+	if index <= cur.index {
+		return nil
+	}
+	if err := m.save(index, cur.state); err != nil {
+		return err
+	}
+	m.cur.Store(&applied{state: cur.state, index: index})
+	return nil
+}
+
 func (m *Machine) save(index uint64, s *State) error {
 	b, err := json.Marshal(record{Version: recordVersion, Applied: index, State: s})
 	if err != nil {

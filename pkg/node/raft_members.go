@@ -49,3 +49,7 @@ func toClusterIDs(ids []replication.NodeID) []cluster.NodeID {
 func (r raftReplicator) joins(members []cluster.NodeID) bool {
 	return !slices.Contains(members, cluster.NodeID(r.h.NodeID()))
 }
+
+// The metadata's state machine keeps its persisted index equal to its
+// group's, over entries that carry no command.
+var _ replication.IndexRecorder = (*cluster.Machine)(nil)
