@@ -238,8 +238,10 @@ func (c *core) iterate() (bool, error) {
 	c.reads.complete(c.applied)
 	c.publishLease()
 	c.maybeQuiesce()
-	if c.quiesce.on {
-		c.g.inbox.release() // an idle group holds no message buffers
+	if c.quiesce.on { // an idle group holds no queue buffers
+		c.g.inbox.release()
+		c.g.proposals.release()
+		c.g.reads.release()
 	}
 	err := c.maybeCompact()
 	c.starved = false
@@ -256,16 +258,14 @@ func (c *core) iterate() (bool, error) {
 func (c *core) drain() bool {
 	busy := c.drainReports()
 	for {
-		stepped := c.stepInbox()
+		took := c.stepInbox()
+		took = c.takeProposals() || took
+		took = c.takeReads() || took
 		select {
 		case f := <-c.g.control:
 			c.runControl(f)
-		case p := <-c.g.proposals:
-			c.queueProposal(p)
-		case r := <-c.g.reads:
-			c.queueRead(r)
 		default:
-			if !stepped {
+			if !took {
 				return busy
 			}
 		}
@@ -284,6 +284,34 @@ func (c *core) stepInbox() bool {
 		c.stepInbound(msgs[i])
 	}
 	c.g.inbox.done(msgs)
+	return true
+}
+
+// takeProposals queues every proposal waiting in the group's queue, oldest
+// first, and reports whether there was one.
+func (c *core) takeProposals() bool {
+	ps := c.g.proposals.take()
+	if ps == nil {
+		return false
+	}
+	for _, p := range ps {
+		c.queueProposal(p)
+	}
+	c.g.proposals.done(ps)
+	return true
+}
+
+// takeReads queues every read barrier waiting in the group's queue, oldest
+// first, and reports whether there was one.
+func (c *core) takeReads() bool {
+	rs := c.g.reads.take()
+	if rs == nil {
+		return false
+	}
+	for _, r := range rs {
+		c.queueRead(r)
+	}
+	c.g.reads.done(rs)
 	return true
 }
 
