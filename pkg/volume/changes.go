@@ -16,8 +16,10 @@ const defaultChangeLimit = 1 << 16
 // holds. It lives in memory: it starts with the first entry the Volume
 // applies (or the index it restores), and it forgets its oldest records
 // past its limit, raising its floor. A base below the floor, or any base
-// before the first entry, cannot be answered, and the receiver gets a
-// whole snapshot.
+// before the first entry, cannot be answered precisely; then the coarse
+// half, gens (generations.go), answers by extent for any base since the log
+// started, and only a base before that (or another replica's) gets a whole
+// snapshot.
 //
 // Records are in index order; a record that a later write extended
 // (coalesces: a write that continues it, or covers it) carries the later
@@ -31,6 +33,8 @@ type changeLog struct {
 	floor uint64
 	recs  []change // recs[head:] are live, ascending index
 	head  int
+	last  uint64      // the highest index recorded
+	gens  generations // per extent, the highest index that changed it
 }
 
 // change is one record: entries up to index wrote [off, end).
@@ -45,13 +49,14 @@ type extent struct{ off, end int64 }
 func newChangeLog() *changeLog { return &changeLog{limit: defaultChangeLimit} }
 
 // setLimit sets how many records the log keeps; 0 stops tracking (every
-// snapshot is then whole) and forgets what it held.
+// snapshot is then whole) and forgets what it held, extents included.
 func (l *changeLog) setLimit(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.limit = max(n, 0)
 	if l.limit == 0 {
 		l.known, l.recs, l.head = false, nil, 0
+		l.gens.forget()
 	}
 	l.trimLocked()
 }
@@ -65,8 +70,11 @@ func (l *changeLog) record(index uint64, off, n int64) {
 	}
 	if !l.known {
 		l.known, l.floor = true, index-1
+		l.gens.reset(index - 1)
 	}
 	end := off + n
+	l.last = max(l.last, index)
+	l.gens.record(index, off, end)
 	if last := len(l.recs) - 1; last >= l.head {
 		r := &l.recs[last]
 		if index > r.index && coalesces(*r, off, end) {
@@ -111,7 +119,42 @@ func (l *changeLog) reset(index uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.recs, l.head = l.recs[:0], 0
-	l.known, l.floor = l.limit > 0, index
+	l.known, l.floor, l.last = l.limit > 0, index, index
+	l.gens.reset(index)
+}
+
+// setCoarse turns the extent generations on or off; off, a base older than
+// the precise records gets a whole snapshot, and the array is dropped.
+func (l *changeLog) setCoarse(on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case !on:
+		l.gens.forget()
+	case l.gens.disabled:
+		l.gens.reset(max(l.last, l.floor)) // it missed what came before
+	}
+	l.gens.disabled = !on
+}
+
+// extentsSince returns, ascending and merged, the extents that entries
+// after index changed, whole: a superset of since's ranges, for any index
+// since the log started; ok false when not tracking, not started, or index
+// is before the start.
+func (l *changeLog) extentsSince(index uint64) (ranges []extent, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.limit == 0 || !l.known || l.gens.disabled || index < l.gens.start {
+		return nil, false
+	}
+	return l.gens.since(index), true
+}
+
+// extentBytes is the memory the extent generations hold.
+func (l *changeLog) extentBytes() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.gens.bytes()
 }
 
 // since returns, sorted and merged, the ranges that entries after index

@@ -18,7 +18,9 @@ import (
 // now. Trimmed and zeroed ranges are changes like writes: they read as
 // zeroes, travel as zero runs, and the receiver zeroes them (WriteZeroes),
 // so whatever was trimmed meanwhile is deleted there too, with no map of
-// mapped blocks on the wire.
+// mapped blocks on the wire. A base older than the change log's precise
+// records is answered by extent (generations.go): every extent an entry
+// after the base changed, whole.
 const (
 	deltaVersion    = 2
 	deltaHeaderSize = 40
@@ -52,14 +54,18 @@ func (v *Volume) SnapshotIdentity() []byte {
 
 // SetChangeLimit sets how many change records the Volume keeps for delta
 // snapshots (default 65,536; each covers a write, trim or zeroing, or a run
-// of them that continue one another). 0 turns deltas off: every snapshot
-// streams the whole volume.
+// of them that continue one another). A base older than the records still
+// gets a delta, of whole extents (generations.go, at most 1 MiB per
+// volume). 0 turns deltas off, extents included: every snapshot streams the
+// whole volume.
 func (v *Volume) SetChangeLimit(n int) { v.changes.setLimit(n) }
 
 // SnapshotSince implements replication.DeltaSnapshotter: it streams the
-// ranges entries after base.Applied changed, or returns
-// replication.ErrNoDelta before writing when base is another replica's or
-// older than the change log's floor.
+// ranges entries after base.Applied changed (by the change log's records
+// when they reach back to it, else every extent changed since, whole), or
+// returns replication.ErrNoDelta before writing when base is another
+// replica's or older than the change log's start (this process's first
+// applied entry, or its last restore).
 func (v *Volume) SnapshotSince(w io.Writer, base replication.SnapshotBase) error {
 	id := v.SnapshotIdentity()
 	if len(id) == 0 || !bytes.Equal(id, base.Identity) {
@@ -67,7 +73,10 @@ func (v *Volume) SnapshotSince(w io.Writer, base replication.SnapshotBase) error
 	}
 	ranges, ok := v.changes.since(base.Applied)
 	if !ok {
-		return fmt.Errorf("%w: no change record reaches back to index %d", replication.ErrNoDelta, base.Applied)
+		ranges, ok = v.changes.extentsSince(base.Applied)
+	}
+	if !ok {
+		return fmt.Errorf("%w: no change record or extent generation reaches back to index %d", replication.ErrNoDelta, base.Applied)
 	}
 	size := v.Size()
 	var data int64

@@ -189,14 +189,30 @@
 // volume's 4 KiB blocks is 32 MiB on every delta, and a per-segment
 // generation rule would need the store to keep the index of every block it
 // relocates; the change log costs the bytes written and 24 bytes per
-// record. Its limit is the price: a base older than its oldest record, or
-// any base after the leader restarted and before it applied an entry, or
-// replicas of different identities, get a whole snapshot.
+// record. Its limit is the price of precision: a base older than its
+// oldest record is answered by extent instead (generations.go). Beside the
+// records the leader keeps, per extent of the volume, the highest index of
+// an entry that changed any byte of it: 8 bytes per 4 KiB extent, grown
+// lazily up to the highest extent written (nothing for a volume that
+// applied nothing, 32 KiB for 16 MiB, 512 KiB for 256 MiB), and never more
+// than 131,072 extents (1 MiB): past 512 MiB the extents double, each pair
+// merged into one with the higher index. For such a base every extent
+// whose index is above it travels whole, as the leader's replica holds it
+// now, zero runs for what is trimmed or unwritten. Both halves start with
+// the leader's first applied entry (or its last restore: they are in
+// memory), so only a base from before that, or replicas of different
+// identities, or SetChangeLimit(0), get a whole snapshot.
 //
 // A delta is a valid snapshot for the same reason a whole one streamed
 // while entries apply is (replication.StateMachine): where no entry after
 // the base wrote, the follower's replica already agrees with the leader's,
 // and the follower applies every entry after the snapshot's index; a
 // delta cut short leaves its replica partly newer, which the next
-// snapshot, delta or whole, corrects the same way.
+// snapshot, delta or whole, corrects the same way. An extent delta only
+// sends more of the same: no extent's index is ever below that of an entry
+// since the start that changed it (recording raises it, a merge keeps the
+// higher), so every byte an entry after the base changed lies in an extent
+// that travels, and the rest of an extent that travels is the leader's
+// current value, which the entries after the snapshot's index redo over
+// just as they do over a whole snapshot.
 package volume
