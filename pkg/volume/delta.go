@@ -55,7 +55,7 @@ func (v *Volume) SnapshotIdentity() []byte {
 // SetChangeLimit sets how many change records the Volume keeps for delta
 // snapshots (default 65,536; each covers a write, trim or zeroing, or a run
 // of them that continue one another). A base older than the records still
-// gets a delta, of whole extents (generations.go, at most 1 MiB per
+// gets a delta, of whole extents (generations.go, at most 2 MiB per
 // volume). 0 turns deltas off, extents included: every snapshot streams the
 // whole volume.
 func (v *Volume) SetChangeLimit(n int) { v.changes.setLimit(n) }

@@ -192,11 +192,12 @@
 // record. Its limit is the price of precision: a base older than its
 // oldest record is answered by extent instead (generations.go). Beside the
 // records the leader keeps, per extent of the volume, the highest index of
-// an entry that changed any byte of it: 8 bytes per 4 KiB extent, grown
-// lazily up to the highest extent written (nothing for a volume that
-// applied nothing, 32 KiB for 16 MiB, 512 KiB for 256 MiB), and never more
-// than 131,072 extents (1 MiB): past 512 MiB the extents double, each pair
-// merged into one with the higher index. For such a base every extent
+// an entry that changed any byte of it, kept as its distance from the
+// log's start in 4 bytes per 4 KiB extent, grown lazily up to the highest
+// extent written (nothing for a volume that applied nothing, 16 KiB for
+// 16 MiB, 256 KiB for 256 MiB), and never more than 524,288 extents (2 MiB):
+// past 2 GiB the extents double, each pair merged into one with the higher
+// index. For such a base every extent
 // whose index is above it travels whole, as the leader's replica holds it
 // now, zero runs for what is trimmed or unwritten. Both halves start with
 // the leader's first applied entry (or its last restore: they are in

@@ -1,8 +1,14 @@
 package volume
 
-// maxGenerations bounds a volume's generation array: 8 bytes each, so at
-// most 1 MiB per volume.
-const maxGenerations = 1 << 17
+import "math"
+
+// maxGenerations bounds a volume's generation array: 4 bytes each, so at
+// most 2 MiB per volume, and 4 KiB extents for volumes up to 2 GiB.
+const maxGenerations = 1 << 19
+
+// genSaturated is a generation too far past start to hold: it counts as
+// newer than any base (a delta then sends the extent, never misses it).
+const genSaturated = math.MaxUint32
 
 // minExtentShift is the finest extent the generation array tracks: 4 KiB.
 const minExtentShift = 12
@@ -17,9 +23,11 @@ const minExtentShift = 12
 // extent written yet (nothing for a volume that applied nothing), grows by
 // doubling, and never holds more than limit entries: when the volume
 // reaches past limit extents, the extent size doubles and each pair of
-// extents merges into one carrying the higher generation. So it costs 8
-// bytes per 4 KiB written-up-to for volumes to 512 MiB, and 1 MiB beyond,
-// with extents of volume size / 131,072 rounded up to a power of two.
+// extents merges into one carrying the higher generation. A generation is
+// kept as its distance from start in 4 bytes (saturating at genSaturated,
+// which counts as newer than any base). So it costs 4 bytes per 4 KiB
+// written-up-to for volumes to 2 GiB, and 2 MiB beyond, with extents of
+// volume size / 524,288 rounded up to a power of two.
 //
 // Soundness: an extent's generation is never below the index of any entry
 // recorded since start that changed it (record raises it, a merge keeps the
@@ -32,7 +40,7 @@ type generations struct {
 	limit    int      // entries at most: maxGenerations unless a test lowers it
 	shift    uint     // extents are 1<<shift bytes
 	start    uint64   // every entry after start is recorded (when changeLog.known)
-	gen      []uint64 // gen[i]: extent [i<<shift, (i+1)<<shift)
+	gen      []uint32 // gen[i]: extent [i<<shift, (i+1)<<shift), as its index less start
 }
 
 // record notes that the entry at index changed [off, end). It allocates
@@ -47,8 +55,15 @@ func (g *generations) record(index uint64, off, end int64) {
 	if last := (end - 1) >> g.shift; last >= int64(len(g.gen)) {
 		g.grow(last)
 	}
+	rel := uint32(genSaturated)
+	switch {
+	case index <= g.start:
+		return // before what the array covers: no base it answers needs it
+	case index-g.start < genSaturated:
+		rel = uint32(index - g.start)
+	}
 	for i := off >> g.shift; i <= (end-1)>>g.shift; i++ {
-		g.gen[i] = max(g.gen[i], index)
+		g.gen[i] = max(g.gen[i], rel)
 	}
 }
 
@@ -73,7 +88,7 @@ func (g *generations) grow(last int64) {
 		clear(g.gen[old:])
 		return
 	}
-	gen := make([]uint64, n)
+	gen := make([]uint32, n)
 	copy(gen, g.gen)
 	g.gen = gen
 }
@@ -95,12 +110,16 @@ func (g *generations) coarsen() {
 }
 
 // since returns, ascending and merged, the extents whose generation is
-// above index.
+// above index, which is at least start.
 func (g *generations) since(index uint64) []extent {
 	var out []extent
 	size := int64(1) << g.shift
+	base := uint32(genSaturated)
+	if index-g.start < genSaturated {
+		base = uint32(index - g.start)
+	}
 	for i, gen := range g.gen {
-		if gen <= index {
+		if gen <= base && gen != genSaturated {
 			continue
 		}
 		off := int64(i) << g.shift
@@ -123,4 +142,4 @@ func (g *generations) reset(start uint64) {
 func (g *generations) forget() { g.gen, g.shift = nil, 0 }
 
 // bytes is the memory the array holds.
-func (g *generations) bytes() int { return 8 * cap(g.gen) }
+func (g *generations) bytes() int { return 4 * cap(g.gen) }

@@ -112,8 +112,8 @@ func TestExtentGenerationsCoverEveryChange(t *testing.T) {
 		l.record(start+i, off, n)
 		all = append(all, rec{start + i, off, off + n})
 	}
-	if got := l.extentBytes(); got > 64*8 {
-		t.Errorf("extent generations hold %d bytes, limit %d", got, 64*8)
+	if got := l.extentBytes(); got > 64*4 {
+		t.Errorf("extent generations hold %d bytes, limit %d", got, 64*4)
 	}
 	if l.gens.shift != 18 {
 		t.Errorf("extents of 1<<%d bytes for 16 MiB in 64 extents, want 1<<18", l.gens.shift)
@@ -187,7 +187,25 @@ func TestChangeRecordAllocatesNothing(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("recording a change allocates %v times", n)
 	}
-	if got, want := l.extentBytes(), size/4096*8; got != want {
+	if got, want := l.extentBytes(), size/4096*4; got != want {
 		t.Errorf("extent generations of a 256 MiB volume hold %d bytes, want %d", got, want)
+	}
+}
+
+// TestExtentGenerationSaturates: a generation too far past start to hold in
+// 4 bytes counts as newer than any base, so a delta sends the extent rather
+// than missing it; one at or before start is not needed by any base.
+func TestExtentGenerationSaturates(t *testing.T) {
+	g := generations{limit: 64}
+	g.reset(100)
+	g.record(100, 0, 4096)           // at start: before what any base asks
+	g.record(100+1<<33, 8192, 12288) // far past start
+	g.record(150, 16384, 20480)      // an ordinary one
+	got := g.since(100 + 1<<34)
+	if len(got) != 1 || got[0] != (extent{off: 8192, end: 12288}) {
+		t.Errorf("since a base past every index: %v, want the saturated extent [8192, 12288) alone", got)
+	}
+	if got := g.since(100); len(got) != 2 || got[0].off != 8192 || got[1].off != 16384 {
+		t.Errorf("since start: %v, want the extents at 8192 and 16384", got)
 	}
 }
