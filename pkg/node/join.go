@@ -57,6 +57,10 @@ func joinIfNew(cfg *config.Config, log *slog.Logger) (*joinRecord, error) {
 			return nil, fmt.Errorf("node: cluster.join with cluster.node_id %d: a joining node gets its ID from the cluster; "+
 				"remove node_id (or remove join from a node that is already a member)", cl.NodeID)
 		}
+		if _, err := os.Stat(filepath.Join(cfg.Node.DataDir, "meta")); err == nil {
+			return nil, fmt.Errorf("node: cluster.join: %s holds a node's state but no %s, so which node it was is "+
+				"unknown; joining again would give that state a new ID. Remove the data directory to join afresh", cfg.Node.DataDir, joinFile)
+		}
 		if rec, err = askToJoin(cfg, log); err != nil {
 			return nil, err
 		}
