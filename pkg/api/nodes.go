@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"basalt/pkg/cluster"
@@ -109,7 +110,12 @@ func (s *Server) joinNode(r *http.Request) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	// The command may have been applied on the leader only yet: the new
+	// node is listed whatever this node has applied.
 	jv := JoinView{Node: *res.Node, Nodes: s.c.Nodes()}
+	if !slices.ContainsFunc(jv.Nodes, func(n cluster.Node) bool { return n.ID == res.Node.ID }) {
+		jv.Nodes = append(jv.Nodes, *res.Node)
+	}
 	if s.cfg.ClusterID != nil {
 		jv.ClusterID = s.cfg.ClusterID()
 	}
