@@ -209,7 +209,7 @@ func (s *Server) health(sv *survey, v *cluster.Volume) (string, string) {
 	up := 0
 	for _, r := range v.Replicas {
 		vs, ok := sv.volumeStatus(r, v.ID)
-		if ok && vs.Error == "" && vs.Raft.Applied+catchUpSlack >= commit {
+		if ok && vs.Error == "" && vs.Raft.Applied+cluster.CatchUpSlack >= commit {
 			up++
 		}
 	}
@@ -247,10 +247,6 @@ func catchUpPercent(st cluster.GroupStatus, id cluster.NodeID) float64 {
 	}
 	return min(100, 100*float64(st.Progress[id])/float64(st.Commit))
 }
-
-// catchUpSlack is how many entries behind the commit index a replica may be
-// and count as up to date (entries in flight under load).
-const catchUpSlack = 256
 
 // recoveryRates remembers each recovering volume's last progress sample,
 // to estimate when it finishes.

@@ -46,9 +46,15 @@ type MemberGroup interface {
 	ChangeMembers(ctx context.Context, changes ...MemberChange) error
 }
 
-// catchUpSlack is how far behind the leader's commit index a learner may be
-// and still be promoted: it is replicating, not being sent a snapshot.
-const catchUpSlack = 256
+// CatchUpSlack is how far behind the leader's commit index a member may be
+// and still count as caught up: replicating, not being sent a snapshot (a
+// learner is promoted, a voter handed leadership, a replica counted up to
+// date in a volume's health).
+const CatchUpSlack = 256
+
+// withinSlack reports whether member id is within CatchUpSlack of the
+// commit index, as the leader's status st sees it.
+func withinSlack(st GroupStatus, id NodeID) bool { return st.Progress[id]+CatchUpSlack >= st.Commit }
 
 // mover drives each volume this node leads toward the metadata's Want, one
 // configuration change at a time per volume, and reports each configuration
@@ -212,7 +218,7 @@ func (r *reconciler) reportMembers(ctx context.Context, v *Volume, m Membership)
 //
 //  1. a node in Want that is no member is added as a learner;
 //  2. a learner not in Want is removed;
-//  3. once every learner in Want has caught up (within catchUpSlack of the
+//  3. once every learner in Want has caught up (within CatchUpSlack of the
 //     commit index), all of them are promoted and every voter not in Want
 //     removed, in one change (joint when it is more than one) — except that
 //     a leader that is itself to leave promotes the learners alone, then
@@ -229,7 +235,7 @@ func planMove(v *Volume, m Membership, st GroupStatus, self NodeID) (changes []M
 		}
 	}
 	for _, id := range m.Learners {
-		if st.Progress[id] == 0 || st.Progress[id]+catchUpSlack < st.Commit {
+		if st.Progress[id] == 0 || !withinSlack(st, id) {
 			return nil, 0 // still catching up (or has acknowledged nothing yet)
 		}
 	}
@@ -241,7 +247,7 @@ func planMove(v *Volume, m Membership, st GroupStatus, self NodeID) (changes []M
 			return changes, 0 // promote first; hand over on a later pass
 		}
 		for _, id := range v.Want {
-			if slices.Contains(m.Voters, id) && st.RecentActive[id] && st.Progress[id]+catchUpSlack >= st.Commit {
+			if slices.Contains(m.Voters, id) && st.RecentActive[id] && withinSlack(st, id) {
 				return nil, id
 			}
 		}

@@ -50,7 +50,7 @@ func metaStep(s *State, m Membership, st GroupStatus, self NodeID) ([]MemberChan
 		}
 	}
 	for _, id := range m.Learners {
-		if st.RecentActive[id] && st.Progress[id] > 0 && st.Progress[id]+catchUpSlack >= st.Commit {
+		if st.RecentActive[id] && st.Progress[id] > 0 && withinSlack(st, id) {
 			return []MemberChange{{AddVoter, id}}, "promote " + id.String()
 		}
 	}

@@ -41,7 +41,7 @@ func (r raftReplicator) StartMetadata(members []cluster.NodeID, m *cluster.Machi
 
 func (r raftReplicator) OpenVolume(id cluster.GroupID, members []cluster.NodeID, local backend.Backend) (cluster.Group, backend.Backend, error) {
 	add := volume.Add
-	if r.joins(members) && r.h.Group(replication.GroupID(id)) == nil {
+	if r.joins(members) {
 		add = volume.Join // a replica being added: members are the voters it joins
 	}
 	v, err := add(r.h, replication.GroupID(id), toReplIDs(members), local)
