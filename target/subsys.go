@@ -22,7 +22,10 @@ type SubsystemConfig struct {
 	// AllowAnyHost admits every host NQN; otherwise only Hosts.
 	AllowAnyHost bool
 	Hosts        []string
-	Namespaces   []NamespaceConfig
+	// Secrets are the credentials of the hosts that have any, by host
+	// NQN (secrets.go).
+	Secrets    map[string]HostSecrets
+	Namespaces []NamespaceConfig
 }
 
 // Subsystem is an NVM subsystem (≈ struct nvmet_subsys): namespaces and the
@@ -36,6 +39,8 @@ type Subsystem struct {
 	allowAny bool
 	hosts    map[string]bool
 	removed  bool
+	// secrets are the hosts' credentials (secrets.go), guarded by t.mu.
+	secrets map[string]HostSecrets
 	// ns is replaced, never modified, under t.mu; the I/O path loads it
 	// without locks.
 	ns atomic.Pointer[nsTable]
@@ -55,6 +60,14 @@ func newSubsystem(t *Target, cfg SubsystemConfig, discovery bool) *Subsystem {
 	}
 	for _, h := range cfg.Hosts {
 		s.hosts[h] = true
+	}
+	for h, sec := range cfg.Secrets {
+		if !sec.IsZero() {
+			if s.secrets == nil {
+				s.secrets = make(map[string]HostSecrets)
+			}
+			s.secrets[h] = sec
+		}
 	}
 	s.ns.Store(&nsTable{byID: make([]*Namespace, t.cfg.MaxNamespaces+1)})
 	return s
