@@ -146,6 +146,9 @@ const (
 	failureSize   = 8
 )
 
+// FailureSize is the length of AUTH_Failure1/2, the shortest message.
+const FailureSize = failureSize
+
 // Challenge is DH-HMAC-CHAP_Challenge (controller → host):
 //
 //	 0  AUTH-TYPE 01h, AUTH-ID 01h, reserved (2), T_ID (2)
