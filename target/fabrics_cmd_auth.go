@@ -54,10 +54,11 @@ func executeAuthSend(r *Request) {
 	if teardown {
 		a.failed = true
 	}
+	expl := a.explanation
 	a.mu.Unlock()
 	sq.complete(r, nvme.StatusSuccess)
 	if teardown {
-		c.authFailed(sq.qid, a.explanation)
+		c.authFailed(sq.qid, expl)
 	}
 }
 
