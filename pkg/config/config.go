@@ -64,6 +64,8 @@ type Config struct {
 	// RaftLog is the persistent-memory region of the Raft logs (cluster
 	// nodes only).
 	RaftLog RaftLog `toml:"raft_log"`
+	// Security is where a cluster node's TLS material is (security.go).
+	Security Security `toml:"security"`
 }
 
 // Node identifies this node.
@@ -187,6 +189,7 @@ func (c *Config) EnsureDefaults() {
 	if c.Store != nil {
 		c.Store.storeDefaults()
 	}
+	c.securityDefaults()
 	if c.Node.Name == "" {
 		c.Node.Name = "basalt"
 	}

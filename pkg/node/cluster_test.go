@@ -65,6 +65,7 @@ size = "16MiB"
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	writeSecurity(t, filepath.Join(dir, "security"), clusterID, 1)
 	cfg, err := config.Load(p)
 	if err != nil {
 		t.Fatal(err)

@@ -27,6 +27,7 @@ import (
 	"basalt/pkg/cluster"
 	"basalt/pkg/identity"
 	"basalt/pkg/nvme/host"
+	"basalt/pkg/pki"
 	"basalt/tests/ports"
 
 	"golang.org/x/sys/unix"
@@ -259,9 +260,31 @@ func (tc *testCluster) writeConfig(n *node) {
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", n.id)),
 		cmp.Or(tc.o.raftLog, "64MiB"))
+	b.WriteString(tc.security(n.id, n.dir))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
+}
+
+// security gives node id its TLS material under the cluster's CA (created
+// in the cluster's directory by the first call), in <dir>/security unless
+// there already is some (a test's own), and returns its [security] section.
+func (tc *testCluster) security(id int, dir string) string {
+	tc.t.Helper()
+	caDir, sec := filepath.Join(tc.dir, "ca"), filepath.Join(dir, "security")
+	ca, err := pki.LoadCA(caDir)
+	if errors.Is(err, os.ErrNotExist) {
+		if ca, err = pki.NewCA(tc.clusterID.String()); err == nil {
+			err = ca.Save(caDir)
+		}
+	}
+	if err == nil && len(pki.MissingFiles(sec)) > 0 {
+		err = pki.InitNode(sec, ca, pki.Identity{Cluster: tc.clusterID.String(), Node: uint64(id)}, []string{"127.0.0.1"})
+	}
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	return fmt.Sprintf("\n[security]\ndir = %q\n", sec)
 }
 
 func (tc *testCluster) start(n *node) {

@@ -34,6 +34,7 @@ func (tc *testCluster) addNode(via *node) *node {
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"))
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = \"64MiB\"\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", id)))
+	b.WriteString(tc.security(id, n.dir)) // for the ID the cluster will give it, the next one
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}

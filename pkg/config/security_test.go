@@ -1,0 +1,23 @@
+package config
+
+import "testing"
+
+func TestSecurityDefaults(t *testing.T) {
+	c, err := Load(write(t, clusterFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Security.Dir != "/var/lib/basalt/security" || c.Security.Insecure {
+		t.Errorf("security %+v, want dir <data_dir>/security, secure", c.Security)
+	}
+	c, err = Load(write(t, clusterFile+"[security]\ndir = \"/etc/basalt/pki\"\ninsecure = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Security.Dir != "/etc/basalt/pki" || !c.Security.Insecure {
+		t.Errorf("security %+v", c.Security)
+	}
+	if _, err := Load(write(t, clusterFile+"[security]\nsecure = true\n")); err == nil {
+		t.Error("an unknown [security] key was accepted")
+	}
+}
