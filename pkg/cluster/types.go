@@ -152,9 +152,14 @@ type Volume struct {
 	// missing node as a learner, promotes it once it has caught up and
 	// removes the voters not in Want, in one joint change.
 	Want []NodeID `json:"want,omitempty"`
-	// AllowAnyHost admits every host; otherwise only Hosts.
+	// AllowAnyHost admits every host that reaches a node's NVMe port;
+	// otherwise only Hosts (none: nobody). It is set only when asked for.
 	AllowAnyHost bool     `json:"allow_any_host"`
 	Hosts        []string `json:"hosts"`
+	// Secrets are the credentials of allowed hosts, by host NQN (a host
+	// without any has no entry). They are in the replicated metadata, so
+	// every node holds them; API views never show them (Public).
+	Secrets map[string]HostSecrets `json:"host_secrets,omitempty"`
 	// ANAGroup is the volume's ANA group ID, unique in the cluster.
 	ANAGroup uint32 `json:"ana_group"`
 	State    string `json:"state"`
@@ -188,6 +193,7 @@ func (v *Volume) clone() *Volume {
 	c.Want = slices.Clone(v.Want)
 	c.Hosts = slices.Clone(v.Hosts)
 	c.ReplicaSizes = maps.Clone(v.ReplicaSizes)
+	c.Secrets = maps.Clone(v.Secrets)
 	return &c
 }
 
