@@ -22,7 +22,7 @@ const (
 	// OpSetAllowAnyHost (Volume, Allow) opens the volume to every host
 	// that reaches a node's NVMe port, or closes it to all but its Hosts.
 	OpSetAllowAnyHost Op = "set_allow_any_host"
-	OpReplicaGrown Op = "replica_grown" // Volume, ID, NodeID, Size
+	OpReplicaGrown    Op = "replica_grown" // Volume, ID, NodeID, Size
 )
 
 // Command is one metadata change, JSON-encoded in a Raft entry.
