@@ -93,13 +93,18 @@ func (h HostSecrets) Target() target.HostSecrets {
 	return target.HostSecrets{DHCHAPKey: h.DHCHAPSecret, DHCHAPCtrlKey: h.DHCHAPCtrlSecret, TLSPSK: h.TLSPSK}
 }
 
-// HostAuth returns the mechanisms configured for host on v (Mechanisms).
-func (v *Volume) HostAuth(host string) string { return v.Secrets[host].Mechanisms() }
-
-// Public returns a copy of v without its hosts' secrets: what API views
-// and command results carry.
+// Public returns a copy of v without its hosts' secrets, what API views
+// and command results carry: HostAuth says instead which mechanisms each
+// listed host's credentials configure. A copy that is already public
+// stays as it is.
 func (v *Volume) Public() *Volume {
 	c := v.clone()
+	if c.HostAuth == nil && len(c.Hosts) > 0 {
+		c.HostAuth = make(map[string]string, len(c.Hosts))
+		for _, h := range c.Hosts {
+			c.HostAuth[h] = c.Secrets[h].Mechanisms()
+		}
+	}
 	c.Secrets = nil
 	return c
 }

@@ -75,7 +75,7 @@ func TestHostSecretsStoredRotatedRemoved(t *testing.T) {
 	if got := m2.State().Volumes["a"].Secrets["nqn.h1"]; got != *sec {
 		t.Fatalf("after a restart: %v", got)
 	}
-	if got := m.State().Volumes["a"].HostAuth("nqn.h1"); got != "dh-hmac-chap (bidirectional), tls-psk" {
+	if got := res.Volume.HostAuth["nqn.h1"]; got != "dh-hmac-chap (bidirectional), tls-psk" {
 		t.Errorf("HostAuth %q", got)
 	}
 	// Posting again rotates: the new set replaces the old one whole.
@@ -90,9 +90,9 @@ func TestHostSecretsStoredRotatedRemoved(t *testing.T) {
 		t.Fatalf("remove_host must clear that host's secrets only: %v", v.Secrets)
 	}
 	// Adding a host again without secrets clears them.
-	applyOK(t, m, Command{Op: OpAddHost, Volume: "a", Host: "nqn.h2"})
-	if v := m.State().Volumes["a"]; len(v.Secrets) != 0 || v.HostAuth("nqn.h2") != "none" {
-		t.Fatalf("add_host without secrets: %v", v.Secrets)
+	res = applyOK(t, m, Command{Op: OpAddHost, Volume: "a", Host: "nqn.h2"})
+	if v := m.State().Volumes["a"]; len(v.Secrets) != 0 || res.Volume.HostAuth["nqn.h2"] != "none" {
+		t.Fatalf("add_host without secrets: %v %v", v.Secrets, res.Volume.HostAuth)
 	}
 	applyOK(t, m, Command{Op: OpAddHost, Volume: "a", Host: "nqn.h2", Secrets: sec})
 	applyOK(t, m, Command{Op: OpDeleteVolume, Volume: "a"})

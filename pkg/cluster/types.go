@@ -160,6 +160,10 @@ type Volume struct {
 	// without any has no entry). They are in the replicated metadata, so
 	// every node holds them; API views never show them (Public).
 	Secrets map[string]HostSecrets `json:"host_secrets,omitempty"`
+	// HostAuth is set only on a copy without Secrets (Public): for every
+	// listed host, the mechanisms its credentials configure
+	// ("dh-hmac-chap (bidirectional), tls-psk", or "none").
+	HostAuth map[string]string `json:"host_auth,omitempty"`
 	// ANAGroup is the volume's ANA group ID, unique in the cluster.
 	ANAGroup uint32 `json:"ana_group"`
 	State    string `json:"state"`
@@ -194,6 +198,7 @@ func (v *Volume) clone() *Volume {
 	c.Hosts = slices.Clone(v.Hosts)
 	c.ReplicaSizes = maps.Clone(v.ReplicaSizes)
 	c.Secrets = maps.Clone(v.Secrets)
+	c.HostAuth = maps.Clone(v.HostAuth)
 	return &c
 }
 
