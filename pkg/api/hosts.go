@@ -166,8 +166,8 @@ func fieldName(g string) string {
 // that use them.
 func generatedView(host string, gen cluster.HostSecrets, c Connect) *GeneratedSecrets {
 	g := &GeneratedSecrets{Host: host, DHCHAPSecret: gen.DHCHAPSecret, DHCHAPCtrlSecret: gen.DHCHAPCtrlSecret,
-		TLSPSK: gen.TLSPSK, Note: "these secrets are shown this once: keep them now (the host needs them; " +
-			"the cluster never shows them again). Rotate them by adding the host again"}
+		TLSPSK: gen.TLSPSK, Note: "these secrets are shown this once: keep them now, the cluster never shows them again " +
+			"(rotate them by adding the host again)"}
 	opts := " --hostnqn " + host
 	if gen.DHCHAPSecret != "" {
 		opts += " --dhchap-secret " + gen.DHCHAPSecret
