@@ -39,7 +39,10 @@ func TestMakeRunOutlivesANode(t *testing.T) {
 	cmd.Env = append(os.Environ(), "RUN_DIR="+runDir, "BIN="+bin, "BASALT_SHM_DIR="+filepath.Join(runDir, "shm"),
 		"BASALT_VOLUME_SIZE=256MiB", "BASALT_ADVERTISE_HOST=127.0.0.1", "BASALT_LISTEN_HOST=127.0.0.1",
 		fmt.Sprintf("BASALT_NVME_PORT=%d", nvmePort), fmt.Sprintf("BASALT_API_PORT=%d", apiPort),
-		fmt.Sprintf("BASALT_RAFT_PORT=%d", raftPort))
+		fmt.Sprintf("BASALT_RAFT_PORT=%d", raftPort),
+		// The volume admits the test's host; by its NQN alone, because
+		// the test's host (pkg/nvme/host) does not do DH-HMAC-CHAP.
+		"BASALT_HOSTNQN="+hostNQN, "BASALT_DHCHAP=0")
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -63,6 +66,12 @@ func TestMakeRunOutlivesANode(t *testing.T) {
 		}
 	}()
 	waitOutput(t, out, "basalt: running", 120*time.Second)
+	for _, want := range []string{"Host allowed: " + hostNQN,
+		fmt.Sprintf("nvme connect-all -t tcp -a 127.0.0.1 -s %d --hostnqn %s", nvmePort, hostNQN)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("run.sh does not print %q", want)
+		}
+	}
 
 	client := api.NewClient(fmt.Sprintf("127.0.0.1:%d", apiPort))
 	v := volumeView(t, client, "vol1")
