@@ -123,7 +123,8 @@ func (c *Client) ResizeVolume(ctx context.Context, name string, size int64) (Vol
 	return v, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(name)+"/resize", ResizeRequest{Size: Size(size)}, &v)
 }
 
-// AddHost allows a host NQN on a volume.
+// AddHost allows a host NQN on a volume without credentials (any it had
+// are removed); AddHostWith gives it some.
 func (c *Client) AddHost(ctx context.Context, name, nqn string) (VolumeView, error) {
 	var v VolumeView
 	return v, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(name)+"/hosts/"+url.PathEscape(nqn), nil, &v)
