@@ -74,6 +74,9 @@ type SQ struct {
 	noSQHD    bool   // CATTR.DISSQFC: SQ flow control disabled, SQHD 0xFFFF
 	work      chan *Request
 	connected atomic.Bool
+	// auth is the DH-HMAC-CHAP state of a queue whose host must
+	// authenticate (nil: none), set by Connect like the fields above.
+	auth *sqAuth
 
 	sqhd     atomic.Uint32
 	released atomic.Bool
@@ -201,6 +204,9 @@ func (sq *SQ) parse(r *Request) nvme.Status {
 	c := sq.ctrl.Load()
 	if c.isDead() {
 		return nvme.StatusAbortSQDeletion
+	}
+	if !sq.authenticated() {
+		return r.fail(nvme.StatusAuthRequired, nvme.SQEOffsetOpcode)
 	}
 	if sq.qid == 0 {
 		c.touch()

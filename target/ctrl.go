@@ -52,6 +52,10 @@ type Controller struct {
 	done chan struct{}
 	// wce is the Volatile Write Cache feature: when off, every write is FUA.
 	wce atomic.Bool
+	// auth holds the host's DH-HMAC-CHAP secrets when it must
+	// authenticate (nil: it need not); set before the controller is
+	// published.
+	auth *ctrlAuth
 
 	mu struct {
 		sync.Mutex

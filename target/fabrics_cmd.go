@@ -6,10 +6,9 @@ import (
 	"basalt/pkg/nvme"
 )
 
-// Fabrics commands (NVMe-oF 1.1 §3): Connect, Property Get/Set. Disconnect
-// and Authentication Send/Receive are not supported and answer Invalid
-// Opcode (the Linux host never sends Disconnect, and sends Authentication
-// only when the Connect response asks for it).
+// Fabrics commands (NVMe-oF 1.1 §3): Connect, Property Get/Set and
+// Authentication Send/Receive (fabrics_cmd_auth.go). Disconnect is not
+// supported and answers Invalid Opcode (the Linux host never sends it).
 
 // parseFabricsCmd validates a Fabrics command (cf. nvmet_parse_fabrics_admin_cmd
 // and nvmet_parse_fabrics_io_cmd).
@@ -29,12 +28,17 @@ func (sq *SQ) parseFabricsCmd(r *Request) nvme.Status {
 		if c.isDead() {
 			return nvme.StatusAbortSQDeletion
 		}
+		if !sq.authenticated() {
+			return r.fail(nvme.StatusAuthRequired, nvme.SQEOffsetOpcode)
+		}
 		c.touch()
 		r.execute = executePropertyGet
 		if r.Cmd.FCType() == nvme.FCTypePropertySet {
 			r.execute = executePropertySet
 		}
 		return r.expectData(DirNone, 0)
+	case nvme.FCTypeAuthSend, nvme.FCTypeAuthRecv:
+		return sq.parseAuthCmd(r)
 	default:
 		if !sq.connected.Load() {
 			return r.fail(nvme.StatusCommandSequenceError, nvme.SQEOffsetNSID)
@@ -99,6 +103,7 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 		connectError(r, nvme.StatusConnectInvalidParameters, true, nvme.ConnectDataCNTLID)
 		return
 	}
+	creds, authConfigured := t.dhchapCredentials(d.SubNQN, d.HostNQN)
 	if int(cmd.SQSIZE) > max(int(t.cfg.MQES), AdminQueueDepth-1) {
 		connectError(r, nvme.StatusConnectInvalidParameters, false, nvme.ConnectOffsetSQSIZE)
 		return
@@ -122,6 +127,13 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 		connectError(r, nvme.StatusConnectInvalidHost, true, nvme.ConnectDataHostNQN)
 		return
 	}
+	if authConfigured && len(creds) == 0 {
+		// nvmet_setup_auth failing: the host's secret cannot be used.
+		t.mu.Unlock()
+		t.log.Warn("connect from a host whose DH-HMAC-CHAP secrets are unusable", "subnqn", d.SubNQN, "hostnqn", d.HostNQN)
+		connectError(r, nvme.StatusConnectInvalidHost, true, nvme.ConnectDataHostNQN)
+		return
+	}
 	id, ok := t.allocCNTLIDLocked(s)
 	if !ok {
 		t.mu.Unlock()
@@ -130,11 +142,15 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 		return
 	}
 	c := newController(t, s, sq.port, id, d, cmd.KATO)
+	if len(creds) > 0 {
+		c.auth = &ctrlAuth{creds: creds}
+	}
 	c.mu.queues[0] = sq
 	t.mu.ctrls[ctrlKey{s, id}] = c
 	t.ctrlWG.Add(1)
 	t.mu.Unlock()
 
+	sq.installAuth(c)
 	sq.install(c, 0, cmd)
 	go c.keepAliveLoop()
 	if sq.released.Load() {
@@ -142,8 +158,8 @@ func (t *Target) connectAdmin(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectDa
 		c.destroy(ErrAdminQueueGone)
 	}
 	t.log.Info("controller created", "cntlid", id, "subnqn", d.SubNQN, "hostnqn", d.HostNQN,
-		"port", sq.port.cfg.ID, "kato_ms", c.katoMS.Load(), "discovery", c.discovery)
-	r.Cpl.DW0 = uint32(id)
+		"port", sq.port.cfg.ID, "kato_ms", c.katoMS.Load(), "discovery", c.discovery, "dhchap", c.auth != nil)
+	r.Cpl.DW0 = c.connectResult()
 	sq.complete(r, nvme.StatusSuccess)
 }
 
@@ -200,11 +216,12 @@ func (t *Target) connectIO(r *Request, cmd nvme.ConnectCmd, d *nvme.ConnectData)
 		sq.complete(r, nvme.StatusCommandSequenceError)
 		return
 	}
+	sq.installAuth(c)
 	sq.install(c, cmd.QID, cmd)
 	if sq.released.Load() {
 		c.detachQueue(sq)
 	}
-	r.Cpl.DW0 = uint32(c.cntlid)
+	r.Cpl.DW0 = c.connectResult()
 	sq.complete(r, nvme.StatusSuccess)
 }
 

@@ -252,12 +252,22 @@ func TestCommandsBeforeConnect(t *testing.T) {
 	expectStatus(t, "identify before CC.EN", cpl, nvme.StatusCommandSequenceError)
 	cpl, _ = q.do(t, connectCmd(1, 31, 0, 0), connectData(cntlid, testSubNQN, testHostNQN))
 	expectStatus(t, "I/O connect before CC.EN", cpl, nvme.StatusCommandSequenceError)
-	// Unsupported Fabrics commands: Disconnect, Authentication Send.
-	for _, fct := range []nvme.FCType{nvme.FCTypeDisconnect, nvme.FCTypeAuthSend, nvme.FCTypeAuthRecv, 0x7E} {
+	// Unsupported Fabrics commands: Disconnect, and an unknown type.
+	for _, fct := range []nvme.FCType{nvme.FCTypeDisconnect, 0x7E} {
 		c := newCmd(nvme.OpcodeFabrics)
 		c.SetFCType(fct)
 		cpl, _ = admin.do(t, c, nil)
 		expectStatus(t, "fctype", cpl, nvme.StatusInvalidOpcode)
+	}
+	// Authentication Send/Receive for a host without DH-HMAC-CHAP secrets:
+	// no security protocol is enabled (Invalid Field at SECP).
+	for _, cmd := range []nvme.Command{authSendCmd(make([]byte, 72)), authRecvCmd(4096)} {
+		r, ok := admin.start(t, cmd, make([]byte, 72))
+		if ok {
+			t.Fatal("Authentication Send/Receive accepted without secrets")
+		}
+		cpl, _ = admin.wait(t, r)
+		expectStatus(t, "auth without secrets", cpl, nvme.StatusInvalidField)
 	}
 }
 

@@ -107,6 +107,8 @@ type Config struct {
 	// Close, all removals together end within DrainTimeout of it.
 	// Default DefaultDrainTimeout.
 	DrainTimeout time.Duration
+	// DHCHAP configures in-band authentication (see auth.go).
+	DHCHAP DHCHAPConfig
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -192,6 +194,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KeepAliveGrace < 0 || c.DiscoveryKATO < 0 || c.DrainTimeout < 0 {
 		bad("negative KeepAliveGrace, DiscoveryKATO or DrainTimeout")
+	}
+	if err := c.DHCHAP.validate(); err != nil {
+		bad("%v", err)
 	}
 	return errors.Join(errs...)
 }

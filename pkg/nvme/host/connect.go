@@ -122,12 +122,11 @@ func (c *Controller) connectCommand(ctx context.Context, q *queue, p queueParams
 	if err != nil {
 		return cpl, err
 	}
-	if cpl.DW0&connectATR != 0 {
-		return cpl, incompatiblef("queue %d: Connect requires authentication (AUTHREQ %#x), which this host does not implement",
-			p.qid, cpl.DW0>>16)
-	}
 	if cpl.DW0&connectASCR != 0 {
 		return cpl, incompatiblef("queue %d: secure concatenation is not supported", p.qid)
+	}
+	if cpl.DW0&connectATR != 0 {
+		return cpl, c.authenticate(ctx, q, p.qid)
 	}
 	return cpl, nil
 }

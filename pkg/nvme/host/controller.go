@@ -25,6 +25,9 @@ type Controller struct {
 	addr string
 	log  *slog.Logger
 
+	// authTID numbers DH-HMAC-CHAP transactions (auth.go).
+	authTID atomic.Uint32
+
 	// Set during Dial, read-only afterwards.
 	admin     *queue
 	io        []*queue

@@ -68,6 +68,11 @@ type Options struct {
 	// Clock drives keep-alive, CSTS polling and handshake timeouts. Default
 	// clock.Real().
 	Clock clock.Clock
+	// DHCHAPSecret is the host's DH-HMAC-CHAP secret ("DHHC-1:..", as
+	// nvme connect --dhchap-secret): every queue authenticates with it when
+	// the Connect response asks for it. DHCHAPCtrlSecret, when set, makes
+	// the controller prove itself too (--dhchap-ctrl-secret). See auth.go.
+	DHCHAPSecret, DHCHAPCtrlSecret string
 }
 
 // EnsureDefaults replaces zero fields with their defaults.
@@ -122,6 +127,7 @@ func (o *Options) Validate() error {
 	if o.DialTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DialTimeout %v is negative", o.DialTimeout))
 	}
+	errs = append(errs, o.validateDHCHAP()...)
 	if len(errs) == 0 {
 		return nil
 	}

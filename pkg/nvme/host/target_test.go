@@ -29,7 +29,7 @@ type realTarget struct {
 	port *target.Port
 }
 
-func startRealTarget(t *testing.T, cfg target.Config, opts tcp.Options, blockSize int) *realTarget {
+func startRealTarget(t testing.TB, cfg target.Config, opts tcp.Options, blockSize int) *realTarget {
 	t.Helper()
 	tgt, err := target.New(cfg)
 	if err != nil {
