@@ -144,7 +144,9 @@ basalt_cluster_up() {
 		SYS_PIDS+=($!)
 	done
 	cluster_wait "3 active nodes" 90 cluster_active || return 1
-	cluster_ctl volume create bench --size "${SIZE_MIB}MiB" --rf "$rf" >"$CLUSTER_DIR/create.out" 2>&1 ||
+	# --allow-any-host: the benchmark's hosts (basalt-bench with a generated
+	# host NQN, fio, a kernel host) connect over loopback, a trusted network.
+	cluster_ctl volume create bench --size "${SIZE_MIB}MiB" --rf "$rf" --allow-any-host >"$CLUSTER_DIR/create.out" 2>&1 ||
 		{ cat "$CLUSTER_DIR/create.out" >&2; return 1; }
 	cluster_wait "volume bench healthy" 90 cluster_healthy || return 1
 	SYS_NQN=$(cluster_ctl -o json volume show bench | sed -n 's/.*"nqn": *"\([^"]*\)".*/\1/p' | head -1)

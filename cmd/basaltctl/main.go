@@ -3,10 +3,17 @@
 //
 //	basaltctl [--api URL] [-o table|json] cluster status
 //	basaltctl node list                (with each node's scrub schedule)
-//	basaltctl volume create NAME --size 4GiB [--rf 3] [--host NQN ...]
+//	basaltctl volume create NAME --size 4GiB [--rf 3] [--host NQN ...] [--allow-any-host]
 //	basaltctl volume list | show NAME [--via HOST] | delete NAME | resize NAME --size SIZE
-//	basaltctl host add VOLUME NQN | host remove VOLUME NQN
+//	basaltctl volume set NAME --allow-any-host=true|false
+//	basaltctl host add VOLUME NQN [--dhchap-secret S|@FILE|generate] [--dhchap-ctrl-secret ..] [--tls-psk ..]
+//	basaltctl host remove VOLUME NQN
 //	basaltctl drive list | fail SLOT | replace SLOT PATH [--wait]   (the --api node's drives)
+//
+// A volume admits no host until one is listed. Secrets given as @FILE are
+// read from that file, so that they stay out of the shell's history; the
+// ones a node generates are printed once, with the nvme connect commands
+// that use them.
 //
 // --api defaults to $BASALT_API, else http://127.0.0.1:9420. Errors go to
 // stderr with what to do about them; the exit status is 1 for an error
@@ -138,25 +145,4 @@ func clusterCmd(o *options) *cobra.Command {
 			return o.print(v, func(w io.Writer) { printCluster(w, v) })
 		},
 	})
-}
-
-func hostCmd(o *options) *cobra.Command {
-	change := func(use, short string, fn func(*api.Client, context.Context, string, string) (api.VolumeView, error)) *cobra.Command {
-		return &cobra.Command{
-			Use: use + " VOLUME NQN", Short: short, Args: exactArgs("VOLUME", "NQN"),
-			RunE: func(_ *cobra.Command, args []string) error {
-				ctx, cancel := o.ctx()
-				defer cancel()
-				v, err := fn(o.client(), ctx, args[0], args[1])
-				if err != nil {
-					return err
-				}
-				return o.print(v, func(w io.Writer) { printVolume(w, v, "") })
-			},
-		}
-	}
-	return group("host", "Hosts allowed to connect to a volume",
-		change("add", "Allow a host NQN (the volume then admits only its listed hosts)", (*api.Client).AddHost),
-		change("remove", "Disallow a host NQN (its connections are closed)", (*api.Client).RemoveHost),
-	)
 }

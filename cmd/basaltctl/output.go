@@ -169,14 +169,45 @@ func sizeText(v api.VolumeView) string {
 	return s
 }
 
+// hostsText is the list's HOSTS column: the hosts, each with the
+// mechanisms of its credentials, or what admits hosts without a list.
 func hostsText(v api.VolumeView) string {
+	hosts := make([]string, 0, len(v.Hosts)+1)
+	if v.AllowAnyHost {
+		hosts = append(hosts, "ANY HOST")
+	} else if len(v.Hosts) == 0 {
+		return api.NoHostNote(v.Name)
+	}
+	for _, h := range v.Hosts {
+		if a := v.HostAuth[h]; a != "" && a != "none" {
+			h += " (" + a + ")"
+		}
+		hosts = append(hosts, h)
+	}
+	return strings.Join(hosts, ",")
+}
+
+// printHosts writes the Hosts lines of volume show: one per host with
+// its credentials' mechanisms.
+func printHosts(w io.Writer, v api.VolumeView) {
 	switch {
 	case v.AllowAnyHost:
-		return "any"
+		fmt.Fprintf(w, "Hosts:\tANY HOST that reaches a node's NVMe port may read and write it (allow_any_host; "+
+			"basaltctl volume set %s --allow-any-host=false admits only the listed ones)\n", v.Name)
 	case len(v.Hosts) == 0:
-		return "none"
+		fmt.Fprintf(w, "Hosts:\t%s\n", api.NoHostNote(v.Name))
 	}
-	return strings.Join(v.Hosts, ",")
+	for i, h := range v.Hosts {
+		label := "Hosts:"
+		if i > 0 || v.AllowAnyHost {
+			label = ""
+		}
+		auth := v.HostAuth[h]
+		if auth == "" {
+			auth = "none"
+		}
+		fmt.Fprintf(w, "%s\t%s (auth: %s)\n", label, h, auth)
+	}
 }
 
 func printVolume(w io.Writer, v api.VolumeView, via string) {
@@ -194,7 +225,7 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	if len(v.Want) > 0 || len(v.Learners) > 0 {
 		fmt.Fprintf(w, "Moving to:\t%v (catching up: %v)\n", v.Want, v.Learners)
 	}
-	fmt.Fprintf(w, "Hosts:\t%s\n", hostsText(v))
+	printHosts(w, v)
 	fmt.Fprintf(w, "UUID / NGUID:\t%s / %x\n", v.UUID.UUIDString(), v.NGUID[:])
 	fmt.Fprintf(w, "ANA group:\t%d\n", v.ANAGroup)
 	fmt.Fprintf(w, "Created:\t%s\n", v.Created)

@@ -12,7 +12,7 @@ import (
 
 func volumeCmd(o *options) *cobra.Command {
 	return group("volume", "Replicated volumes",
-		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o))
+		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o), volumeSetCmd(o))
 }
 
 func parseSize(s string) (int64, error) {
@@ -30,10 +30,12 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var size string
 	var rf int
 	var hosts []string
+	var anyHost bool
 	c := &cobra.Command{
-		Use:   "create NAME --size SIZE",
-		Short: "Create a volume replicated on --rf nodes (default 3); without --host any host may connect",
-		Args:  exactArgs("NAME"),
+		Use: "create NAME --size SIZE",
+		Short: "Create a volume replicated on --rf nodes (default 3); it admits no host until one is listed " +
+			"(--host, or basaltctl host add)",
+		Args: exactArgs("NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
 			n, err := parseSize(size)
 			if err != nil {
@@ -41,7 +43,8 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			}
 			ctx, cancel := o.ctx()
 			defer cancel()
-			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts})
+			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
+				AllowAnyHost: anyHost})
 			if err != nil {
 				return err
 			}
@@ -50,7 +53,36 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	}
 	c.Flags().StringVar(&size, "size", "", "size, like 4GiB (required)")
 	c.Flags().IntVar(&rf, "rf", 0, "replication factor 1..3 (default: 3, or the number of nodes if fewer)")
-	c.Flags().StringArrayVar(&hosts, "host", nil, "host NQN allowed to connect (repeat for several)")
+	c.Flags().StringArrayVar(&hosts, "host", nil, "host NQN allowed to connect (repeat for several; "+
+		"give it credentials with basaltctl host add)")
+	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp)
+	return c
+}
+
+// allowAnyHostHelp says plainly what --allow-any-host does.
+const allowAnyHostHelp = "let ANY host that can reach a node's NVMe port read and write the volume, " +
+	"listed or not (only for a trusted network)"
+
+func volumeSetCmd(o *options) *cobra.Command {
+	var anyHost bool
+	c := &cobra.Command{
+		Use:   "set NAME --allow-any-host=true|false",
+		Short: "Change a volume's settings: --allow-any-host=false admits only its listed hosts again",
+		Args:  exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("allow-any-host") {
+				return usageError{fmt.Errorf("nothing to change: give --allow-any-host=true or --allow-any-host=false")}
+			}
+			ctx, cancel := o.ctx()
+			defer cancel()
+			v, err := o.client().SetAllowAnyHost(ctx, args[0], anyHost)
+			if err != nil {
+				return err
+			}
+			return o.print(v, func(w io.Writer) { printVolume(w, v, "") })
+		},
+	}
+	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp+"; false: only the listed hosts")
 	return c
 }
 

@@ -28,7 +28,8 @@ func TestVolumeAPIThroughAFollower(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.RF != 3 || len(v.Replicas) != 3 || !v.AllowAnyHost || v.NQN != "nqn.2026-11.io.basalt:vol1" {
+	if v.RF != 3 || len(v.Replicas) != 3 || v.AllowAnyHost || v.NQN != "nqn.2026-11.io.basalt:vol1" ||
+		v.Connect.Note != api.NoHostNote("vol1") {
 		t.Fatalf("created %+v", v)
 	}
 	ac.Eventually("the volume is healthy", func() bool {

@@ -123,10 +123,26 @@ func (c *Client) ResizeVolume(ctx context.Context, name string, size int64) (Vol
 	return v, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(name)+"/resize", ResizeRequest{Size: Size(size)}, &v)
 }
 
-// AddHost allows a host NQN on a volume.
+// AddHost allows a host NQN on a volume without credentials (any it had
+// are removed); AddHostWith gives it some.
 func (c *Client) AddHost(ctx context.Context, name, nqn string) (VolumeView, error) {
 	var v VolumeView
 	return v, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(name)+"/hosts/"+url.PathEscape(nqn), nil, &v)
+}
+
+// AddHostWith allows a host NQN on a volume with the credentials req sets
+// (replacing any it had); secrets the node generated are in the answer's
+// Generated, this once.
+func (c *Client) AddHostWith(ctx context.Context, name, nqn string, req AddHostRequest) (AddHostView, error) {
+	var v AddHostView
+	return v, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(name)+"/hosts/"+url.PathEscape(nqn), req, &v)
+}
+
+// SetAllowAnyHost opens a volume to every host that reaches a node's NVMe
+// port (true), or admits only its listed hosts (false).
+func (c *Client) SetAllowAnyHost(ctx context.Context, name string, allow bool) (VolumeView, error) {
+	var v VolumeView
+	return v, c.do(ctx, "PATCH", "/v1/volumes/"+url.PathEscape(name), VolumeSettings{AllowAnyHost: &allow}, &v)
 }
 
 // RemoveHost disallows a host NQN on a volume.

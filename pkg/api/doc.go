@@ -10,13 +10,19 @@
 //	                                               next due, progress, repaired/unrecoverable)
 //	GET     /v1/volumes                            []VolumeView
 //	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
-//	                                               {"name","size" (bytes or "4GiB"),"rf","hosts"}
+//	                                               {"name","size" (bytes or "4GiB"),"rf","hosts",
+//	                                               "allow_any_host"}; no hosts: nobody may connect
 //	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
-//	                                               per node, nvme connect commands
+//	                                               per node, nvme connect commands, host_auth
+//	PATCH   /v1/volumes/{name}                     VolumeView; body VolumeSettings {"allow_any_host"}
 //	DELETE  /v1/volumes/{name}                     {"deleted": name}; the data goes everywhere
 //	POST    /v1/volumes/{name}/resize              200, or 202 while replicas grow; body {"size"}
-//	POST    /v1/volumes/{name}/hosts/{nqn}         VolumeView; the volume admits only listed hosts
-//	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left)
+//	POST    /v1/volumes/{name}/hosts/{nqn}         AddHostView; optional body AddHostRequest
+//	                                               {"dhchap_secret","dhchap_ctrl_secret","tls_psk",
+//	                                               "generate"}: the host's credentials, replaced
+//	                                               whole (rotation); generated ones returned once
+//	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left); the
+//	                                               host's credentials go with it
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
 //	                                               node and its scrub schedule
 //	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild
@@ -51,12 +57,17 @@
 // involve every node (health, ANA state per path) ask each node's
 // /v1/local, in parallel, for at most 800 ms.
 //
+// Host credentials are secrets: no view, log line or error shows them.
+// A volume's view says per host which mechanisms are configured
+// (host_auth); the only answer that holds a secret is the one to the
+// request that had the node generate it (AddHostView.Generated).
+//
 // Errors are JSON {"error": "...", "hint": "what to do", "code": "..."}
 // with the HTTP status of their class:
 //
 //	code         status  when
 //	-----------  ------  -----------------------------------------------
-//	invalid      400     malformed body, bad name, size, rf or host NQN; 405 too
+//	invalid      400     malformed body, bad name, size, rf, host NQN or secret; 405 too
 //	not_found    404     no such volume, host or endpoint
 //	exists       409     the volume name is taken
 //	conflict     409     shrinking a volume

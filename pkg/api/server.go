@@ -73,7 +73,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/cluster", map[string]handler{"GET": s.getCluster})
 	s.route("/v1/nodes", map[string]handler{"GET": s.getNodes})
 	s.route("/v1/volumes", map[string]handler{"GET": s.listVolumes, "POST": s.createVolume})
-	s.route("/v1/volumes/{name}", map[string]handler{"GET": s.getVolume, "DELETE": s.deleteVolume})
+	s.route("/v1/volumes/{name}", map[string]handler{"GET": s.getVolume, "DELETE": s.deleteVolume, "PATCH": s.setVolume})
 	s.route("/v1/volumes/{name}/resize", map[string]handler{"POST": s.resizeVolume})
 	s.route("/v1/volumes/{name}/hosts/{nqn}", map[string]handler{"POST": s.addHost, "DELETE": s.removeHost})
 	s.route("/v1/local", map[string]handler{"GET": s.getLocal})
@@ -172,7 +172,7 @@ func (s *Server) createVolume(r *http.Request) (int, any, error) {
 		req.RF = min(cluster.DefaultReplicationFactor, max(1, len(s.c.Nodes())))
 	}
 	cv := &cluster.CreateVolume{Name: req.Name, Size: int64(req.Size), RF: req.RF, Hosts: req.Hosts,
-		AllowAnyHost: len(req.Hosts) == 0, Created: s.cfg.Clock.Now().UTC().Format(time.RFC3339)}
+		AllowAnyHost: req.AllowAnyHost, Created: s.cfg.Clock.Now().UTC().Format(time.RFC3339)}
 	_, _ = rand.Read(cv.UUID[:])
 	cv.UUID[6] = cv.UUID[6]&0x0F | 0x40 // version 4, RFC 9562
 	cv.UUID[8] = cv.UUID[8]&0x3F | 0x80
@@ -206,22 +206,6 @@ func (s *Server) resizeVolume(r *http.Request) (int, any, error) {
 		status, note = http.StatusAccepted, "the volume grows once every replica has grown; hosts then see a namespace change"
 	}
 	return status, s.volumeView(r.Context(), res.Volume, note), nil
-}
-
-func (s *Server) hostChange(r *http.Request, op cluster.Op) (int, any, error) {
-	// PathValue is already unescaped.
-	res, err := s.submit(r, cluster.Command{Op: op, Volume: r.PathValue("name"), Host: r.PathValue("nqn")})
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusOK, s.volumeView(r.Context(), res.Volume, res.Note), nil
-}
-
-func (s *Server) addHost(r *http.Request) (int, any, error) {
-	return s.hostChange(r, cluster.OpAddHost)
-}
-func (s *Server) removeHost(r *http.Request) (int, any, error) {
-	return s.hostChange(r, cluster.OpRemoveHost)
 }
 
 func (s *Server) getLocal(*http.Request) (int, any, error) { return http.StatusOK, s.local(), nil }

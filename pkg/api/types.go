@@ -43,8 +43,12 @@ type CreateVolumeRequest struct {
 	Size Size   `json:"size"`
 	// RF is the replication factor; 0 means cluster.DefaultReplicationFactor.
 	RF int `json:"rf,omitempty"`
-	// Hosts are the host NQNs allowed to connect; none admits any host.
+	// Hosts are the host NQNs allowed to connect; none admits nobody
+	// until a host is added (POST /v1/volumes/{name}/hosts/{nqn}).
 	Hosts []string `json:"hosts,omitempty"`
+	// AllowAnyHost lets every host that can reach a node's NVMe port read
+	// and write the volume, listed or not.
+	AllowAnyHost bool `json:"allow_any_host,omitempty"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.
@@ -150,6 +154,8 @@ type ScrubCounts struct {
 }
 
 // VolumeView answers GET /v1/volumes/{name} and the changes of a volume.
+// It holds the volume without its hosts' secrets (cluster.Volume.Public):
+// host_auth says per host which mechanisms are configured.
 type VolumeView struct {
 	cluster.Volume
 	NQN string `json:"nqn"`
@@ -171,6 +177,7 @@ type VolumeView struct {
 	// Paths are the replicas as the hosts' paths, one per node.
 	Paths   []PathView `json:"paths"`
 	Connect Connect    `json:"connect"`
+
 	// Note is a remark about the last change.
 	Note string `json:"note,omitempty"`
 }

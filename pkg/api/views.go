@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -284,7 +285,7 @@ func (r *recoveryRates) detail(id cluster.GroupID, pct float64, now time.Time) s
 }
 
 func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
-	vv := VolumeView{Volume: *v, NQN: v.NQN(), RF: len(v.Replicas), Leader: sv.volumeLeader(v), Note: note}
+	vv := VolumeView{Volume: *v.Public(), NQN: v.NQN(), RF: len(v.Replicas), Leader: sv.volumeLeader(v), Note: note}
 	vv.Health, vv.HealthDetail = s.health(sv, v)
 	if vv.Leader != 0 {
 		vv.LeaderName = sv.node(vv.Leader).Name
@@ -303,7 +304,7 @@ func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
 		}
 		vv.Paths = append(vv.Paths, p)
 	}
-	vv.Connect = connectCommands(v, vv.Paths)
+	vv.Connect = connectCommands(&vv.Volume, vv.Paths)
 	return vv
 }
 
@@ -325,9 +326,29 @@ func connectCommands(v *cluster.Volume, paths []PathView) Connect {
 	}
 	switch {
 	case !v.AllowAnyHost && len(v.Hosts) == 0:
-		c.Note = "no host may connect: allow one with basaltctl host add " + v.Name + " NQN"
+		c.Note = NoHostNote(v.Name)
 	case !v.AllowAnyHost:
 		c.Note = "the host must connect as one of the allowed host NQNs (its /etc/nvme/hostnqn, or --hostnqn NQN)"
 	}
+	if usesDHCHAP(v) {
+		c.Note = strings.TrimPrefix(c.Note+"; a host with a DH-HMAC-CHAP secret adds --hostnqn NQN --dhchap-secret "+
+			"SECRET (and --dhchap-ctrl-secret SECRET when bidirectional)", "; ")
+	}
 	return c
+}
+
+// usesDHCHAP reports whether a host of v (a public copy) has a
+// DH-HMAC-CHAP secret.
+func usesDHCHAP(v *cluster.Volume) bool {
+	for _, a := range v.HostAuth {
+		if strings.HasPrefix(a, "dh-hmac-chap") {
+			return true
+		}
+	}
+	return false
+}
+
+// NoHostNote is what a volume that admits no host says.
+func NoHostNote(volume string) string {
+	return "no host allowed yet (basaltctl host add " + volume + " NQN)"
 }

@@ -269,7 +269,7 @@ func (c *Cluster) resolve(ctx context.Context, cmd Command, res Result, err erro
 	case cmd.Op == OpCreateVolume && errors.Is(err, ErrExists):
 		if c.meta.ReadBarrier(ctx) == nil {
 			if v := c.m.State().Volumes[cmd.Create.Name]; v != nil && v.UUID == cmd.Create.UUID {
-				return Result{Volume: v.clone()}, nil
+				return Result{Volume: v.Public()}, nil
 			}
 		}
 	case (cmd.Op == OpDeleteVolume || cmd.Op == OpRemoveHost) && errors.Is(err, ErrNotFound):
@@ -279,7 +279,7 @@ func (c *Cluster) resolve(ctx context.Context, cmd Command, res Result, err erro
 				return Result{}, nil
 			}
 			if v != nil {
-				return Result{Volume: v.clone()}, nil
+				return Result{Volume: v.Public()}, nil
 			}
 		}
 	}

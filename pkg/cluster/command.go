@@ -17,9 +17,12 @@ const (
 	OpCreateVolume Op = "create_volume" // Create
 	OpDeleteVolume Op = "delete_volume" // Volume
 	OpResizeVolume Op = "resize_volume" // Volume, Size
-	OpAddHost      Op = "add_host"      // Volume, Host
+	OpAddHost      Op = "add_host"      // Volume, Host, Secrets
 	OpRemoveHost   Op = "remove_host"   // Volume, Host
-	OpReplicaGrown Op = "replica_grown" // Volume, ID, NodeID, Size
+	// OpSetAllowAnyHost (Volume, Allow) opens the volume to every host
+	// that reaches a node's NVMe port, or closes it to all but its Hosts.
+	OpSetAllowAnyHost Op = "set_allow_any_host"
+	OpReplicaGrown    Op = "replica_grown" // Volume, ID, NodeID, Size
 )
 
 // Command is one metadata change, JSON-encoded in a Raft entry.
@@ -35,6 +38,11 @@ type Command struct {
 	NodeID  NodeID        `json:"node_id,omitempty"`
 	Size    int64         `json:"size,omitempty"`
 	Host    string        `json:"host,omitempty"`
+	// Secrets are the host's credentials for OpAddHost, replacing any it
+	// had (nil: none). They make the Raft entry a secret too.
+	Secrets *HostSecrets `json:"secrets,omitempty"`
+	// Allow is OpSetAllowAnyHost's setting.
+	Allow *bool `json:"allow,omitempty"`
 	// Nodes, Learners and State are the membership commands' fields
 	// (command_members.go).
 	Nodes    []NodeID `json:"nodes,omitempty"`
@@ -47,7 +55,9 @@ type CreateVolume struct {
 	Name string `json:"name"`
 	Size int64  `json:"size"`
 	// RF is the replication factor, 1..MaxReplicationFactor.
-	RF           int      `json:"rf"`
+	RF int `json:"rf"`
+	// Hosts may connect; AllowAnyHost lets every host that reaches a
+	// node's NVMe port connect. Neither: nobody, until a host is added.
 	Hosts        []string `json:"hosts,omitempty"`
 	AllowAnyHost bool     `json:"allow_any_host"`
 	UUID         ID16     `json:"uuid"`
@@ -115,7 +125,17 @@ func (c *Command) Validate() error {
 		if err := ValidateVolumeName(c.Volume); err != nil {
 			return err
 		}
-		return ValidateHostNQN(c.Host)
+		if err := ValidateHostNQN(c.Host); err != nil {
+			return err
+		}
+		if c.Secrets != nil {
+			return c.Secrets.Validate()
+		}
+	case OpSetAllowAnyHost:
+		if c.Allow == nil {
+			return fmt.Errorf("%w: set_allow_any_host without allow", ErrInvalid)
+		}
+		return ValidateVolumeName(c.Volume)
 	default:
 		return c.validateMembers()
 	}
@@ -156,22 +176,46 @@ func (s *State) apply(c *Command) (Result, error) {
 	case OpReplicaGrown:
 		v.replicaGrown(c.ID, c.NodeID, c.Size)
 	case OpAddHost:
-		if !slices.Contains(v.Hosts, c.Host) {
-			v.Hosts = append(v.Hosts, c.Host)
-			slices.Sort(v.Hosts)
-		}
-		v.AllowAnyHost = false
+		note = v.addHost(c.Host, c.Secrets)
 	case OpRemoveHost:
 		i := slices.Index(v.Hosts, c.Host)
 		if i < 0 {
 			return Result{}, fmt.Errorf("%w: host %q is not allowed on volume %q", ErrNotFound, c.Host, c.Volume)
 		}
 		v.Hosts = slices.Delete(v.Hosts, i, i+1)
+		delete(v.Secrets, c.Host)
 		if len(v.Hosts) == 0 && !v.AllowAnyHost {
 			note = "no host can connect to this volume now; allow one with: basaltctl host add " + v.Name + " NQN"
 		}
+	case OpSetAllowAnyHost:
+		v.AllowAnyHost = *c.Allow
+		if !v.AllowAnyHost && len(v.Hosts) == 0 {
+			note = "no host can connect to this volume now; allow one with: basaltctl host add " + v.Name + " NQN"
+		}
 	}
-	return Result{Volume: v.clone(), Note: note}, nil
+	return Result{Volume: v.Public(), Note: note}, nil
+}
+
+// addHost lists host on v with the credentials sec (nil: none), replacing
+// what it had, and returns a note for the administrator.
+func (v *Volume) addHost(host string, sec *HostSecrets) string {
+	if !slices.Contains(v.Hosts, host) {
+		v.Hosts = append(v.Hosts, host)
+		slices.Sort(v.Hosts)
+	}
+	if sec == nil || sec.IsZero() {
+		delete(v.Secrets, host)
+	} else {
+		if v.Secrets == nil {
+			v.Secrets = map[string]HostSecrets{}
+		}
+		v.Secrets[host] = *sec
+	}
+	if v.AllowAnyHost {
+		return "the volume still admits any host (allow_any_host); admit only its listed hosts with: " +
+			"basaltctl volume set " + v.Name + " --allow-any-host=false"
+	}
+	return ""
 }
 
 func (s *State) createVolume(cv *CreateVolume) (Result, error) {
@@ -188,18 +232,15 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 	}
 	v := &Volume{
 		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
-		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost || len(cv.Hosts) == 0, ANAGroup: ana,
+		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost, ANAGroup: ana,
 		State: VolumeActive, Created: cv.Created,
 	}
 	v.Hosts = slices.Clone(cv.Hosts)
 	slices.Sort(v.Hosts)
 	v.Hosts = slices.Compact(v.Hosts)
-	if len(v.Hosts) > 0 {
-		v.AllowAnyHost = cv.AllowAnyHost
-	}
 	s.NextGroup++
 	s.Volumes[v.Name] = v
-	return Result{Volume: v.clone()}, nil
+	return Result{Volume: v.Public()}, nil
 }
 
 // place chooses rf nodes for a new volume (placement.go).

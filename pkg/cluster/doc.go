@@ -39,16 +39,27 @@
 //	replica_sizes.<node>       int64       replica sizes reported during a resize
 //	block_size                 int         4096
 //	replicas                   []uint64    nodes holding a copy = group members
-//	allow_any_host, hosts      bool, []    host access (no hosts at create: any host)
+//	allow_any_host, hosts      bool, []    host access: the listed hosts, or any host
+//	                                       only if allow_any_host (no hosts: nobody)
+//	host_secrets.<host NQN>    object      that host's credentials, each optional:
+//	                                       dhchap_secret, dhchap_ctrl_secret ("DHHC-1:..")
+//	                                       and tls_psk ("NVMeTLSkey-1:.."); secrets
 //	ana_group                  uint32      1..128, unique in the cluster
 //	state, created             string      "active"; RFC 3339 time of the request
 //
 // A Raft entry of the metadata group is one Command (JSON): op (one of the
 // Op constants), req (the proposer's request ID, for its result), and the
-// fields the op names: node, create, volume, id, node_id, size, host. An
+// fields the op names: node, create, volume, id, node_id, size, host,
+// secrets (add_host: the host's credentials, replacing what it had), allow
+// (set_allow_any_host). An
 // entry that does not decode, or a command the state refuses (a volume that
 // exists, a host that is not listed), changes nothing but is still applied
 // (the index moves), and the refusal goes back to the proposer.
+//
+// Host secrets are in the state, its snapshots and the add_host entries of
+// the log, so every node's metadata holds them; nothing else does: command
+// results and API views carry Volume.Public, and HostSecrets prints (fmt,
+// slog) only the mechanisms it holds.
 //
 // # Reconciler
 //
@@ -58,7 +69,8 @@
 // volume's Raft group
 // (Replicator.OpenVolume), and the NVMe subsystem NQNPrefix+name with one
 // namespace (NSID 1, the volume's NGUID, UUID and ANA group) restricted to
-// its hosts. A goroutine per volume follows the group's leader
+// its hosts, each with its credentials (target.HostSecrets; set before the
+// host is admitted, changed in place on a rotation). A goroutine per volume follows the group's leader
 // (Group.Watch) and sets the volume's ANA group on this node's port:
 // optimized where this node leads, inaccessible elsewhere; the state is set
 // before the namespace appears, because an unset state reads as optimized.

@@ -160,11 +160,11 @@ func TestANAGroupsRunOut(t *testing.T) {
 func TestHostsAndResize(t *testing.T) {
 	m := machineWith(t, &MemoryPersister{}, register(1), register(2), create("a", 2))
 	v := m.State().Volumes["a"]
-	if !v.AllowAnyHost || len(v.Hosts) != 0 {
-		t.Fatalf("a volume created without hosts admits any host; got %+v", v)
+	if v.AllowAnyHost || len(v.Hosts) != 0 {
+		t.Fatalf("a volume created without hosts admits nobody; got %+v", v)
 	}
 	res := applyOK(t, m, Command{Op: OpAddHost, Volume: "a", Host: "nqn.h1"})
-	if res.Volume.AllowAnyHost || len(res.Volume.Hosts) != 1 {
+	if res.Volume.AllowAnyHost || len(res.Volume.Hosts) != 1 || res.Note != "" {
 		t.Fatalf("after add_host: %+v", res.Volume)
 	}
 	applyOK(t, m, Command{Op: OpAddHost, Volume: "a", Host: "nqn.h1"}) // idempotent

@@ -249,7 +249,7 @@ func (r *reconciler) setup(v *Volume) (_ *localVolume, err error) {
 func (r *reconciler) addSubsystem(v *Volume, b backend.Backend) (*target.Subsystem, error) {
 	sc := target.SubsystemConfig{
 		NQN: v.NQN(), Serial: hex.EncodeToString(v.UUID[:10]), Model: "Basalt",
-		AllowAnyHost: v.AllowAnyHost, Hosts: v.Hosts,
+		AllowAnyHost: v.AllowAnyHost, Hosts: v.Hosts, Secrets: targetSecrets(v),
 		Namespaces: []target.NamespaceConfig{{NSID: 1, Backend: b, NGUID: v.NGUID, UUID: v.UUID, ANAGroup: v.ANAGroup}},
 	}
 	s, err := r.t.AddSubsystem(sc)
@@ -333,8 +333,31 @@ func (lv *localVolume) grow(size int64) error {
 	return g.Grow(size)
 }
 
+// targetSecrets returns v's host credentials as the target holds them.
+func targetSecrets(v *Volume) map[string]target.HostSecrets {
+	if len(v.Secrets) == 0 {
+		return nil
+	}
+	out := make(map[string]target.HostSecrets, len(v.Secrets))
+	for h, sec := range v.Secrets {
+		out[h] = sec.Target()
+	}
+	return out
+}
+
+// updateHosts makes the subsystem's hosts and their credentials v's. A
+// host's new credentials are in place before it is admitted, and a
+// removed host is refused before its credentials go; a rotation reaches
+// the running subsystem at once (the next Connect or re-authentication
+// uses it).
 func (r *reconciler) updateHosts(s *target.Subsystem, v *Volume) {
 	have, anyHost := s.Hosts()
+	for _, h := range v.Hosts {
+		want := v.Secrets[h].Target()
+		if cur, _ := s.HostSecrets(h); cur != want {
+			s.SetHostSecrets(h, want)
+		}
+	}
 	if anyHost != v.AllowAnyHost {
 		s.SetAllowAnyHost(v.AllowAnyHost)
 	}
@@ -346,6 +369,7 @@ func (r *reconciler) updateHosts(s *target.Subsystem, v *Volume) {
 	for _, h := range have {
 		if !slices.Contains(v.Hosts, h) {
 			s.DisallowHost(h)
+			s.SetHostSecrets(h, target.HostSecrets{})
 		}
 	}
 }

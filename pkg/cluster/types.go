@@ -152,9 +152,18 @@ type Volume struct {
 	// missing node as a learner, promotes it once it has caught up and
 	// removes the voters not in Want, in one joint change.
 	Want []NodeID `json:"want,omitempty"`
-	// AllowAnyHost admits every host; otherwise only Hosts.
+	// AllowAnyHost admits every host that reaches a node's NVMe port;
+	// otherwise only Hosts (none: nobody). It is set only when asked for.
 	AllowAnyHost bool     `json:"allow_any_host"`
 	Hosts        []string `json:"hosts"`
+	// Secrets are the credentials of allowed hosts, by host NQN (a host
+	// without any has no entry). They are in the replicated metadata, so
+	// every node holds them; API views never show them (Public).
+	Secrets map[string]HostSecrets `json:"host_secrets,omitempty"`
+	// HostAuth is set only on a copy without Secrets (Public): for every
+	// listed host, the mechanisms its credentials configure
+	// ("dh-hmac-chap (bidirectional), tls-psk", or "none").
+	HostAuth map[string]string `json:"host_auth,omitempty"`
 	// ANAGroup is the volume's ANA group ID, unique in the cluster.
 	ANAGroup uint32 `json:"ana_group"`
 	State    string `json:"state"`
@@ -188,6 +197,8 @@ func (v *Volume) clone() *Volume {
 	c.Want = slices.Clone(v.Want)
 	c.Hosts = slices.Clone(v.Hosts)
 	c.ReplicaSizes = maps.Clone(v.ReplicaSizes)
+	c.Secrets = maps.Clone(v.Secrets)
+	c.HostAuth = maps.Clone(v.HostAuth)
 	return &c
 }
 

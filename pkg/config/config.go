@@ -25,6 +25,10 @@
 //	nqn = "nqn.2026-11.io.basalt:vol1"
 //	allow_any_host = false
 //	hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]
+//	  [[subsystem.host_secret]]    # optional: that host's credentials
+//	  host = "nqn.2014-08.org.nvmexpress:uuid:..."
+//	  dhchap_secret_file = "/etc/basalt/host1.dhchap"   # DHHC-1:.. (nvme gen-dhchap-key)
+//	  tls_psk_file = ""                                 # NVMeTLSkey-1:.. (nvme gen-tls-key)
 //	  [[subsystem.namespace]]
 //	  nsid = 1
 //	  backend = "file"             # "memory" or "file"
@@ -110,12 +114,14 @@ type NVMe struct {
 
 // Subsystem is one NVM subsystem.
 type Subsystem struct {
-	NQN          string      `toml:"nqn"`
-	Serial       string      `toml:"serial"`
-	Model        string      `toml:"model"`
-	AllowAnyHost bool        `toml:"allow_any_host"`
-	Hosts        []string    `toml:"hosts"`
-	Namespaces   []Namespace `toml:"namespace"`
+	NQN          string   `toml:"nqn"`
+	Serial       string   `toml:"serial"`
+	Model        string   `toml:"model"`
+	AllowAnyHost bool     `toml:"allow_any_host"`
+	Hosts        []string `toml:"hosts"`
+	// HostSecrets are listed hosts' credentials (hostsecrets.go).
+	HostSecrets []HostSecret `toml:"host_secret"`
+	Namespaces  []Namespace  `toml:"namespace"`
 }
 
 // Namespace is one namespace and its backend.
@@ -275,6 +281,7 @@ func (s *Subsystem) validate(i int, seen map[string]bool, haveStore bool) []erro
 	if !s.AllowAnyHost && len(s.Hosts) == 0 {
 		errs = append(errs, fmt.Errorf("%s: no host may connect: set allow_any_host = true or list hosts", where))
 	}
+	errs = append(errs, s.validateHostSecrets(where)...)
 	nsids := map[uint32]bool{}
 	for _, n := range s.Namespaces {
 		w := fmt.Sprintf("%s namespace %d", where, n.NSID)

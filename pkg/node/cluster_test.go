@@ -23,6 +23,10 @@ import (
 
 // freeAddr returns a loopback address free right now (package ports says
 // why not port 0).
+// testHostNQN is the host NQN the tests' hosts connect as: volumes admit
+// no host until one is listed.
+const testHostNQN = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-4000-8000-00000000b0de"
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return ports.FreeAddr(t)
@@ -88,7 +92,7 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 			defer cancel()
 			var v api.VolumeView
 			for {
-				v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20})
+				v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20, Hosts: []string{testHostNQN}})
 				if err == nil || ctx.Err() != nil {
 					break
 				}
@@ -106,7 +110,7 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 				var c *host.Controller
 				var err error
 				for c == nil {
-					c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN})
+					c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN, HostNQN: testHostNQN})
 					if err != nil && ctx.Err() != nil {
 						t.Fatal(err)
 					}

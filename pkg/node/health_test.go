@@ -29,7 +29,7 @@ func TestStoreDriveFailureReachesSMARTLog(t *testing.T) {
 	client := api.NewClient(n.APIAddr().String())
 	var v api.VolumeView
 	for {
-		v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20})
+		v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20, Hosts: []string{testHostNQN}})
 		if err == nil || ctx.Err() != nil {
 			break
 		}
@@ -40,7 +40,7 @@ func TestStoreDriveFailureReachesSMARTLog(t *testing.T) {
 	}
 	var c *host.Controller
 	for c == nil {
-		if c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN}); err != nil {
+		if c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN, HostNQN: testHostNQN}); err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
 			}

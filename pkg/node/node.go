@@ -90,6 +90,17 @@ func (n *Node) addSubsystem(s config.Subsystem) error {
 		NQN: s.NQN, Serial: s.Serial, Model: s.Model,
 		AllowAnyHost: s.AllowAnyHost, Hosts: s.Hosts,
 	}
+	for _, h := range s.HostSecrets {
+		sec, err := h.Resolve()
+		if err != nil {
+			return fmt.Errorf("node: subsystem %s: %w", s.NQN, err)
+		}
+		if sc.Secrets == nil {
+			sc.Secrets = map[string]target.HostSecrets{}
+		}
+		sc.Secrets[h.Host] = target.HostSecrets{DHCHAPKey: sec.DHCHAPSecret, DHCHAPCtrlKey: sec.DHCHAPCtrlSecret,
+			TLSPSK: sec.TLSPSK}
+	}
 	for _, ns := range s.Namespaces {
 		b, err := n.openBackend(s.NQN, ns)
 		if err != nil {

@@ -394,12 +394,14 @@ func (tc *testCluster) waitReady(d time.Duration) {
 	})
 }
 
-// createVolume creates a volume and waits until it is healthy.
+// createVolume creates a volume that admits the tests' host (hostNQN) and
+// waits until it is healthy.
 func (tc *testCluster) createVolume(name string, size int64, rf int) api.VolumeView {
 	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	v, err := tc.client(tc.up()).CreateVolume(ctx, api.CreateVolumeRequest{Name: name, Size: api.Size(size), RF: rf})
+	v, err := tc.client(tc.up()).CreateVolume(ctx, api.CreateVolumeRequest{Name: name, Size: api.Size(size), RF: rf,
+		Hosts: []string{hostNQN}})
 	if err != nil {
 		tc.t.Fatal(err)
 	}

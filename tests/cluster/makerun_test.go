@@ -39,7 +39,7 @@ func TestMakeRunOutlivesANode(t *testing.T) {
 	cmd.Env = append(os.Environ(), "RUN_DIR="+runDir, "BIN="+bin, "BASALT_SHM_DIR="+filepath.Join(runDir, "shm"),
 		"BASALT_VOLUME_SIZE=256MiB", "BASALT_ADVERTISE_HOST=127.0.0.1", "BASALT_LISTEN_HOST=127.0.0.1",
 		fmt.Sprintf("BASALT_NVME_PORT=%d", nvmePort), fmt.Sprintf("BASALT_API_PORT=%d", apiPort),
-		fmt.Sprintf("BASALT_RAFT_PORT=%d", raftPort))
+		fmt.Sprintf("BASALT_RAFT_PORT=%d", raftPort), "BASALT_HOSTNQN="+hostNQN)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -63,13 +63,35 @@ func TestMakeRunOutlivesANode(t *testing.T) {
 		}
 	}()
 	waitOutput(t, out, "basalt: running", 120*time.Second)
+	// The volume admits the test's host with the DH-HMAC-CHAP secret
+	// run.sh kept, and prints the commands that connect with it.
+	secret, err := os.ReadFile(filepath.Join(runDir, "dhchap-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dhchap := strings.TrimSpace(string(secret))
+	for _, want := range []string{"Host allowed: " + hostNQN, fmt.Sprintf(
+		"nvme connect-all -t tcp -a 127.0.0.1 -s %d --hostnqn %s --dhchap-secret %s", nvmePort, hostNQN, dhchap)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("run.sh does not print %q", want)
+		}
+	}
 
 	client := api.NewClient(fmt.Sprintf("127.0.0.1:%d", apiPort))
 	v := volumeView(t, client, "vol1")
+	noSecret, err := host.Dial(context.Background(), fmt.Sprintf("127.0.0.1:%d", nvmePort), host.Options{
+		SubNQN: v.NQN, HostNQN: hostNQN, KATO: 2 * time.Second, DialTimeout: 2 * time.Second})
+	if err == nil {
+		noSecret.Close()
+		t.Error("the host connected without its DH-HMAC-CHAP secret")
+	} else {
+		t.Logf("without its secret the host is refused: %v", err)
+	}
 	var ctrls []*host.Controller
 	for i := range 3 {
 		c, err := host.Dial(context.Background(), fmt.Sprintf("127.0.0.1:%d", nvmePort+i), host.Options{
-			SubNQN: v.NQN, HostNQN: hostNQN, KATO: 2 * time.Second, QueueDepth: 64, DialTimeout: 2 * time.Second})
+			SubNQN: v.NQN, HostNQN: hostNQN, DHCHAPSecret: dhchap, KATO: 2 * time.Second, QueueDepth: 64,
+			DialTimeout: 2 * time.Second})
 		if err != nil {
 			t.Fatalf("connecting to node%d: %v", i+1, err)
 		}

@@ -1,7 +1,9 @@
 package clustertest
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,6 +37,30 @@ type APICluster struct {
 	t     testing.TB
 	Net   *Net
 	Nodes []*APINode
+	// Logs holds what every node's cluster, metadata machine and API
+	// logged, at debug level (tests check it for what must never be
+	// logged).
+	Logs LogBuffer
+}
+
+// LogBuffer is a log sink safe for concurrent use.
+type LogBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // swapHandler lets a server start before its handler exists.
@@ -93,7 +119,9 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cluster.NewMachine(&cluster.MemoryPersister{}, nil)
+	log := slog.New(slog.NewTextHandler(&ac.Logs, &slog.HandlerOptions{Level: slog.LevelDebug})).
+		With("node", an.ID)
+	m, err := cluster.NewMachine(&cluster.MemoryPersister{}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,16 +131,16 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 	c, err = cluster.Start(cluster.Config{
 		Self: peers[an.ID-1], Peers: peers, Machine: m, Replicator: ac.Net.Replicator(an.ID),
 		Replicas: &cluster.MemoryReplicas{}, Target: tgt, Port: uint16(an.ID), Resync: 20 * time.Millisecond,
-		Forward: client.Forwarder(),
-		Wrap:    func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.TrackVolume(v.Name, b) },
-		Unwrap:  func(v *cluster.Volume) { reg.ForgetVolume(v.Name) },
+		Forward: client.Forwarder(), Logger: log,
+		Wrap:   func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.TrackVolume(v.Name, b) },
+		Unwrap: func(v *cluster.Volume) { reg.ForgetVolume(v.Name) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	an.Cluster, an.Target, an.Metrics = c, tgt, reg
 	h.set(api.NewServer(api.Config{Cluster: c, Metrics: reg.Handler(), Client: client, RequestTimeout: timeout,
-		Scrub: an.Scrub.Load}))
+		Scrub: an.Scrub.Load, Logger: log}))
 	t.Cleanup(func() { _ = c.Close(); _ = tgt.Close() })
 }
 
