@@ -67,9 +67,10 @@ type Security struct {
 	// holds no CA key, and answers joins with an error naming one that
 	// does.
 	SignNode func(csrPEM []byte, id cluster.NodeID, hosts []string) (certPEM []byte, err error)
-	// CACert is the cluster CA's certificate (PEM), which a join's answer
-	// carries.
-	CACert []byte
+	// CACert is the cluster CA's certificate (PEM), and TokensJSON the
+	// node's tokens file (pkg/auth: names, roles and hashes, no token),
+	// which a join's answer carries: the new node accepts the same tokens.
+	CACert, TokensJSON []byte
 }
 
 // ErrUnauthenticated and ErrForbidden are what an *Error with code

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -66,6 +67,9 @@ func (s *Server) signJoin(req JoinRequest, jv *JoinView) error {
 		return fmt.Errorf("signing the certificate of node %d: %w", jv.Node.ID, err)
 	}
 	jv.Certificate, jv.CACertificate = string(cert), string(sec.CACert)
+	if json.Valid(sec.TokensJSON) {
+		jv.Tokens = json.RawMessage(sec.TokensJSON)
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -57,6 +58,9 @@ type JoinView struct {
 	// empty from a node without Config.Security.
 	Certificate   string `json:"certificate,omitempty"`
 	CACertificate string `json:"ca_certificate,omitempty"`
+	// Tokens is the answering node's tokens file (pkg/auth), which the
+	// new node takes as its own if it has none.
+	Tokens json.RawMessage `json:"tokens,omitempty"`
 }
 
 func pathNode(r *http.Request) (cluster.NodeID, error) {

@@ -64,6 +64,8 @@ type Config struct {
 	// RaftLog is the persistent-memory region of the Raft logs (cluster
 	// nodes only).
 	RaftLog RaftLog `toml:"raft_log"`
+	// Security is how a cluster node authenticates (security.go).
+	Security Security `toml:"security"`
 }
 
 // Node identifies this node.
@@ -183,6 +185,7 @@ func Load(path string) (*Config, error) {
 func (c *Config) EnsureDefaults() {
 	if c.Cluster != nil {
 		c.clusterDefaults()
+		c.securityDefaults()
 	}
 	if c.Store != nil {
 		c.Store.storeDefaults()
@@ -256,6 +259,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.Store.validate()...)
 	}
 	errs = append(errs, c.validateCluster()...)
+	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
 }
 
