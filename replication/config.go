@@ -20,6 +20,11 @@ type Config struct {
 	// Peers maps the other nodes' IDs to their Raft addresses. More can be
 	// added later with Host.SetPeer. Used only when Transport is nil.
 	Peers map[NodeID]string
+	// TLS secures the TCP transport with mutual TLS (TLSConfig): every peer
+	// must prove with a certificate that it is the node it claims to be.
+	// nil: plain TCP, which authenticates nobody. Used only when Transport
+	// is nil.
+	TLS *TLSConfig
 	// LogRegion is the persistent write buffer that holds every group's Raft
 	// log and hard state (package cache formats it on first use). Required.
 	// The Host does not close it.

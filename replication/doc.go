@@ -281,7 +281,8 @@
 // a snapshot whose configuration does not restore, each panics inside it.
 // So everything a peer sends is checked before Raft sees it (inbound.go):
 //
-//   - by the transport: the handshake decodes and names this node; every
+//   - by the transport: the peer authenticates, when TLS is configured
+//     ("Peer authentication"); the handshake decodes and names this node; every
 //     frame decodes; every message's From is the node the handshake named and
 //     its To is this node.
 //   - at delivery: the sender is not this node; a message on group 0 is a
@@ -308,9 +309,29 @@
 // basalt_raft_rejected_messages_total), logged at Warn at most once a
 // second, and the connection it came on is closed; a message for a group
 // that does not run here is only counted, since a new group starts on its
-// members one after another. What cannot be checked without authenticating
-// peers is whether a member's well-formed message is its own: a forged
-// append from a member with a higher term is what a new leader sends.
+// members one after another. What these checks cannot tell is whether a
+// member's well-formed message is its own: a forged append from a member
+// with a higher term is what a new leader sends. Authenticating peers does
+// ("Peer authentication").
+//
+// # Peer authentication
+//
+// With TCPConfig.TLS (Config.TLS) every connection is mutual TLS 1.3 and
+// the stream handshake and frames travel inside it, unchanged. The accepting
+// side requires a client certificate its configuration verifies (the
+// cluster's CA, pkg/pki); then it reads the stream handshake and calls
+// VerifyPeer with the sender the handshake names: the certificate must name
+// that node of this cluster. From there the check that every message's
+// From is the handshake's sender makes every message the certificate's.
+// The dialing side verifies the server's chain and calls VerifyPeer with
+// the node it dialed. The TLS and stream handshakes together are bounded by
+// a 10-second deadline, on the connection's own goroutine. A peer that
+// fails (plain TCP, no certificate, another CA, another cluster, another
+// node than it claims) has its connection closed before one of its frames
+// is read, and is counted as RejectAuth ("auth") and logged like any
+// refusal; a peer that closes before sending anything is not. On the
+// message stream a batch's pieces go through a 64 KiB buffer, so that they
+// become TLS records of up to 16 KiB rather than a record each.
 //
 // # Log records (in the cache.Buffer payload, little-endian)
 //

@@ -98,7 +98,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.transport = cfg.Transport
 	if h.transport == nil {
 		t, err := NewTCPTransport(TCPConfig{NodeID: cfg.NodeID, Listen: cfg.Listen, Peers: cfg.Peers,
-			Clock: cfg.Clock, Logger: h.log})
+			Clock: cfg.Clock, Logger: h.log, TLS: cfg.TLS})
 		if err != nil {
 			return nil, errors.Join(err, buf.Close())
 		}

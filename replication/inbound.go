@@ -56,13 +56,18 @@ const (
 	// or above the message's, a configuration that does not restore), or a
 	// snapshot for a leader in its own term.
 	RejectSnapshot
+	// RejectAuth: a peer that did not authenticate (TLS, tls.go): no TLS,
+	// no certificate, one the cluster's CA did not sign, one naming another
+	// cluster, or another node than the one the connection claims or was
+	// dialed for. Counted per connection: nothing it carried was read.
+	RejectAuth
 	// NumRejectReasons is the number of reasons (the length of
 	// HostStats.Rejected).
 	NumRejectReasons
 )
 
 var rejectNames = [NumRejectReasons]string{"frame", "sender", "destination", "group", "member", "type", "term",
-	"index", "entry", "snapshot"}
+	"index", "entry", "snapshot", "auth"}
 
 // String returns the reason's label, as the metrics name it.
 func (r RejectReason) String() string {

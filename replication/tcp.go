@@ -26,13 +26,16 @@ type TCPConfig struct {
 	Logger *slog.Logger      // default slog.Default()
 	// QueueSize bounds the messages queued for one peer. Default 4096.
 	QueueSize int
+	// TLS secures every connection with mutual TLS (tls.go). nil: plain
+	// TCP, which authenticates nobody.
+	TLS *TLSConfig
 }
 
 // TCP transport timings.
 const (
 	dialTimeout      = 2 * time.Second
 	writeTimeout     = 10 * time.Second
-	handshakeTimeout = 10 * time.Second
+	handshakeTimeout = 10 * time.Second // the TLS handshake and the stream's, together
 	snapshotIdle     = 60 * time.Second // longest silence inside a snapshot stream
 	snapshotResult   = 30 * time.Minute // longest wait for a restore
 	backoffMin       = 20 * time.Millisecond
@@ -57,6 +60,7 @@ type TCPTransport struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	queueSize int
+	tls       *TLSConfig // nil: plain TCP
 	ctx       context.Context
 	cancel    context.CancelFunc
 
@@ -78,11 +82,16 @@ func NewTCPTransport(cfg TCPConfig) (*TCPTransport, error) {
 	if cfg.NodeID == 0 {
 		return nil, fmt.Errorf("%w: TCP transport without a node ID", ErrConfig)
 	}
+	if cfg.TLS != nil {
+		if err := cfg.TLS.validate(); err != nil {
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("replication: while listening on %q: %w", cfg.Listen, err)
 	}
-	t := &TCPTransport{self: cfg.NodeID, ln: ln, clock: cfg.Clock, log: cfg.Logger, queueSize: cfg.QueueSize}
+	t := &TCPTransport{self: cfg.NodeID, ln: ln, clock: cfg.Clock, log: cfg.Logger, queueSize: cfg.QueueSize, tls: cfg.TLS}
 	if t.clock == nil {
 		t.clock = clock.Real()
 	}
@@ -203,6 +212,20 @@ func (t *TCPTransport) track(c net.Conn) bool {
 	return true
 }
 
+// retrack replaces a tracked connection by the one wrapping it (TLS); nil
+// (and both closed) once the transport is closed.
+func (t *TCPTransport) retrack(raw, c net.Conn) net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.mu.conns, raw)
+	if t.mu.closed {
+		_ = raw.Close()
+		return nil
+	}
+	t.mu.conns[c] = struct{}{}
+	return c
+}
+
 func (t *TCPTransport) untrack(c net.Conn) {
 	t.mu.Lock()
 	delete(t.mu.conns, c)
@@ -210,25 +233,43 @@ func (t *TCPTransport) untrack(c net.Conn) {
 	_ = c.Close()
 }
 
-// dial connects to peer id and sends the handshake for a stream of kind.
+// dial connects to peer id, authenticates it (TLS) and sends the handshake
+// for a stream of kind. A TLS handshake that fails otherwise than by the
+// network is reported to the Handler (a peer that is not who it should be).
 func (t *TCPTransport) dial(id NodeID, kind uint8) (net.Conn, error) {
 	addr := t.addr(id)
 	if addr == "" {
 		return nil, fmt.Errorf("replication: no address for %v", id)
 	}
 	d := net.Dialer{Timeout: dialTimeout}
-	c, err := d.DialContext(t.ctx, "tcp", addr)
+	raw, err := d.DialContext(t.ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	if !t.track(c) {
+	if !t.track(raw) {
 		return nil, ErrClosed
 	}
-	_ = c.SetWriteDeadline(t.clock.Now().Add(handshakeTimeout))
+	_ = raw.SetDeadline(t.clock.Now().Add(handshakeTimeout))
+	c := raw
+	if t.tls != nil {
+		tc, err := t.dialTLS(raw, id)
+		if err != nil {
+			t.untrack(raw)
+			if errors.Is(err, errPeerAuth) {
+				t.handler.ReportRejected(RejectAuth, id, fmt.Errorf("%w: %w", ErrRejected, err))
+			}
+			return nil, err
+		}
+		c = t.retrack(raw, tc)
+		if c == nil {
+			return nil, ErrClosed
+		}
+	}
 	if _, err := c.Write(handshake{kind: kind, from: t.self, to: id}.encode()); err != nil {
 		t.untrack(c)
 		return nil, err
 	}
+	_ = c.SetDeadline(time.Time{})
 	return c, nil
 }
 
@@ -273,14 +314,28 @@ func (t *TCPTransport) acceptLoop() {
 	}
 }
 
-// serveConn reads the handshake and serves the stream it announces. A
-// handshake or frame the transport refuses is reported to the Handler
-// (which counts and logs it) and ends the connection, as does a message the
-// Host refuses (inConn.Refuse).
-func (t *TCPTransport) serveConn(c net.Conn) {
+// serveConn authenticates the peer (TLS), reads the handshake and serves
+// the stream it announces. A peer that does not authenticate, a handshake
+// or frame the transport refuses is reported to the Handler (which counts
+// and logs it) and ends the connection, as does a message the Host refuses
+// (inConn.Refuse). The TLS and stream handshakes together must complete
+// within handshakeTimeout; each runs on its connection's goroutine, never
+// on the accept loop's.
+func (t *TCPTransport) serveConn(raw net.Conn) {
 	defer t.wg.Done()
-	defer t.untrack(c)
-	_ = c.SetReadDeadline(t.clock.Now().Add(handshakeTimeout))
+	defer t.untrack(raw)
+	_ = raw.SetDeadline(t.clock.Now().Add(handshakeTimeout))
+	c := raw
+	if t.tls != nil {
+		tc, err := t.acceptTLS(raw)
+		if err != nil {
+			if errors.Is(err, errPeerAuth) {
+				t.handler.ReportRejected(RejectAuth, 0, fmt.Errorf("%w: %w", ErrRejected, err))
+			}
+			return
+		}
+		c = tc
+	}
 	buf := make([]byte, handshakeSize)
 	if _, err := io.ReadFull(c, buf); err != nil {
 		return
@@ -295,7 +350,11 @@ func (t *TCPTransport) serveConn(c net.Conn) {
 			fmt.Errorf("%w: connection from %v for %v reached %v", ErrRejected, c.RemoteAddr(), h.to, t.self))
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
+	if err := t.verifyClaim(c, h.from); err != nil {
+		t.handler.ReportRejected(RejectAuth, h.from, fmt.Errorf("%w: %w", ErrRejected, err))
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
 	r := bufio.NewReaderSize(c, readBufferSize)
 	src := &inConn{c: c}
 	switch h.kind {

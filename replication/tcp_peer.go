@@ -60,6 +60,7 @@ func (p *tcpPeer) write(c net.Conn) error {
 	t := p.t
 	var batch frameBatch
 	var sent []outbound // the batch, to report if its write fails
+	w := newBatchWriter(c)
 	for {
 		var ob outbound
 		select {
@@ -82,7 +83,10 @@ func (p *tcpPeer) write(c net.Conn) error {
 		}
 		if err == nil {
 			_ = c.SetWriteDeadline(t.clock.Now().Add(writeTimeout))
-			err = batch.writeTo(c)
+			err = batch.writeTo(w.w)
+		}
+		if err == nil {
+			err = w.flush()
 		}
 		if err != nil {
 			p.report(sent)

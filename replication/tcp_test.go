@@ -153,8 +153,17 @@ func TestTCPLeaderLossWritesResumeWithinTwoSeconds(t *testing.T) {
 // so that the snapshot streams from a replica that changes under it, and
 // waits until it has caught up, by snapshot, with a replica equal to the
 // leader's.
-func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) {
-	c := newTCPCluster(t, 8<<20, func(cfg *Config) { cfg.CompactionMargin, cfg.RetainBytes = 8, -1 })
+func TestTCPFollowerCatchesUpBySnapshot(t *testing.T) { followerCatchesUpBySnapshot(t, nil) }
+
+// followerCatchesUpBySnapshot is TestTCPFollowerCatchesUpBySnapshot with
+// each host's configuration adjusted (TLS).
+func followerCatchesUpBySnapshot(t *testing.T, adjust func(*Config)) {
+	c := newTCPCluster(t, 8<<20, func(cfg *Config) {
+		cfg.CompactionMargin, cfg.RetainBytes = 8, -1
+		if adjust != nil {
+			adjust(cfg)
+		}
+	})
 	leader, ok := c.leader(5 * time.Second)
 	if !ok {
 		t.Fatal("no leader elected")

@@ -64,7 +64,8 @@ type Config struct {
 	// RaftLog is the persistent-memory region of the Raft logs (cluster
 	// nodes only).
 	RaftLog RaftLog `toml:"raft_log"`
-	// Security is how a cluster node authenticates (security.go).
+	// Security is where a cluster node's TLS material is and how its API
+	// authenticates (security.go).
 	Security Security `toml:"security"`
 }
 
@@ -185,11 +186,11 @@ func Load(path string) (*Config, error) {
 func (c *Config) EnsureDefaults() {
 	if c.Cluster != nil {
 		c.clusterDefaults()
-		c.securityDefaults()
 	}
 	if c.Store != nil {
 		c.Store.storeDefaults()
 	}
+	c.securityDefaults()
 	if c.Node.Name == "" {
 		c.Node.Name = "basalt"
 	}

@@ -5,26 +5,31 @@ import (
 	"path/filepath"
 )
 
-// The [security] section of a cluster node:
+// The security section: where a cluster node's TLS material is, how its
+// API authenticates, and the escape hatch for tests.
 //
 //	[security]
-//	dir = "/var/lib/basalt/security"   # default <data_dir>/security: ca.crt, ca.key, node.crt,
-//	                                   # node.key, tokens.json (basaltd pki init writes them)
-//	insecure = false                   # true: plain HTTP API without tokens and plain Raft,
-//	                                   # for tests that say why; never in production
+//	dir = "/var/lib/basalt/security"   # default: <data_dir>/security; ca.crt, node.crt,
+//	                                   # node.key (and ca.key on bootstrap nodes), tokens.json,
+//	                                   # written by basaltd pki init (pkg/pki, "Security directory")
+//	insecure = false                   # true: the Raft transport is plain TCP and
+//	                                   # authenticates nobody, the API plain HTTP without
+//	                                   # tokens; only for tests that say why
 //	metrics_public = false             # true: /metrics needs no token
 //	join_token_file = ""               # with cluster.join: a file holding an admin token
 //	                                   # ($BASALT_JOIN_TOKEN overrides it); dir must hold
-//	                                   # the cluster's ca.crt
+//	                                   # the cluster's ca.crt (copied from any node)
 
-// Security configures how a cluster node authenticates the others and its
-// API's clients.
+// Security configures how a cluster node proves who it is to the others
+// and checks who they are, and who may use its API.
 type Security struct {
 	// Dir is the node's security directory (pkg/pki). Default
 	// <data_dir>/security.
 	Dir string `toml:"dir"`
-	// Insecure turns authentication off: the API is plain HTTP and
-	// answers anyone, Raft is plain TCP. For tests only.
+	// Insecure runs without authentication: the Raft transport is plain
+	// TCP and accepts any peer that names itself, the API is plain HTTP and
+	// answers anyone. Default false: a cluster node without valid material
+	// in Dir refuses to start.
 	Insecure bool `toml:"insecure"`
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool `toml:"metrics_public"`
@@ -38,6 +43,7 @@ type Security struct {
 // admin token (instead of security.join_token_file).
 const EnvJoinToken = "BASALT_JOIN_TOKEN"
 
+// securityDefaults sets Dir from the data directory.
 func (c *Config) securityDefaults() {
 	if c.Security.Dir == "" && c.Node.DataDir != "" {
 		c.Security.Dir = filepath.Join(c.Node.DataDir, "security")
