@@ -133,6 +133,10 @@ type testCluster struct {
 	nodes      []*node
 	// clusterID is every node's initial_cluster_id.
 	clusterID identity.ClusterUUID
+	// secDir is what basaltd pki init wrote (security.go): each node's
+	// security directory, admin.json and reader.json.
+	secDir string
+	sec    *security
 }
 
 // freePort returns a loopback address with a port free right now, never
@@ -149,6 +153,7 @@ func startCluster(t *testing.T, o opts) *testCluster {
 	needProcesses(t)
 	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID()}
 	tc.placeRaftLogs()
+	tc.initSecurity()
 	for i := 1; i <= o.nodes; i++ {
 		n := &node{id: i, dir: filepath.Join(tc.dir, fmt.Sprintf("node%d", i)), nvme: freePort(t), api: freePort(t),
 			raft: freePort(t), proxiesTo: map[int]*proxy{}}
@@ -243,6 +248,7 @@ func (tc *testCluster) writeConfig(n *node) {
 	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
 		n.id, n.raft, n.api, tc.clusterID)
 	b.WriteString(tc.o.clusterConf)
+	tc.writeSecurity(&b, n)
 	for _, p := range tc.nodes {
 		raft := p.raft
 		if p != n {
@@ -322,7 +328,8 @@ func (tc *testCluster) dumpLogs() {
 	}
 }
 
-func (tc *testCluster) client(n *node) *api.Client { return api.NewClient(n.api) }
+// client is a client of n's API with the admin credentials.
+func (tc *testCluster) client(n *node) *api.Client { return tc.sec.client(n.api, tc.sec.admin) }
 
 // up returns a node that is running.
 func (tc *testCluster) up() *node {

@@ -28,6 +28,7 @@ func (tc *testCluster) addNode(via *node) *node {
 	fmt.Fprintf(&b, "[node]\nname = \"node%d\"\ndata_dir = %q\n\n", id, n.dir)
 	fmt.Fprintf(&b, "[nvme]\nlisten = %q\nadvertise = %q\n\n[log]\nlevel = \"info\"\n\n", n.nvme, n.nvme)
 	fmt.Fprintf(&b, "[cluster]\njoin = %q\nraft_listen = %q\napi_listen = %q\n%s", via.api, n.raft, n.api, tc.o.clusterConf)
+	fmt.Fprintf(&b, "\n[security]\njoin_token_file = %q\n", tc.joinSecurity(n)) // its own dir, holding ca.crt only
 	if tc.o.store {
 		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = \"256MiB\"\nbuffer_size = \"64MiB\"\n"+
 			"chunk_size = \"32KiB\"\nsegment_stripes = 8\n",
