@@ -21,6 +21,7 @@ import (
 	"basalt/pkg/identity"
 	"basalt/pkg/meta"
 	"basalt/pkg/metrics"
+	"basalt/pkg/pki"
 	"basalt/pkg/pmem"
 	"basalt/pkg/store"
 	"basalt/replication"
@@ -49,11 +50,15 @@ type clusterParts struct {
 	// for an initial member; stamp is the identity it runs with.
 	join  *joinRecord
 	stamp identity.Stamp
+	// security is the node's TLS material (security.go), nil with
+	// [security] insecure.
+	security *pki.Node
 	// peers reads what a local replica cannot from the others, and serves
 	// the local replicas to them (peer_read.go).
 	peers *peerReads
-	// sec is the API's certificates and tokens (security.go), nil with
-	// security.insecure; client calls the other nodes' APIs with them.
+	// sec is the node's certificates and the API's tokens (security.go),
+	// nil with [security] insecure; client calls the other nodes' APIs with
+	// them.
 	sec    *nodeSecurity
 	client *api.Client
 }
@@ -72,17 +77,21 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data directory: %w", err)
 	}
-	if cp.join, err = joinIfNew(cfg, log); err != nil { // join.go: a new node gets its ID (and certificate) first
+	// A joining node gets its ID and its certificate first (join.go,
+	// join_tls.go); then the material must be there.
+	if cp.join, err = joinIfNew(cfg, log); err != nil {
 		return n, err
 	}
 	if cp.sec, err = loadSecurity(cfg, log); err != nil { // security.go
 		return n, err
 	}
-	cp.client = cp.sec.client()
-	if err := cp.openState(cfg, log); err != nil {
-		return n, err
+	cp.security, cp.client = cp.sec.pki(), cp.sec.client()
+	if cl := cfg.Cluster; cl.Join == "" && !cl.InitialClusterID.IsZero() {
+		if err := checkSecurityIdentity(cp.security, cl.NodeID, cl.InitialClusterID, cfg.Security.Dir); err != nil {
+			return n, err
+		}
 	}
-	if err := cp.sec.checkIdentity(cluster.NodeID(cfg.Cluster.NodeID), cp.stamp.Cluster); err != nil {
+	if err := cp.openState(cfg, log); err != nil {
 		return n, err
 	}
 	if err := n.newTarget(cfg, log); err != nil {
@@ -125,6 +134,11 @@ func (cp *clusterParts) openState(cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	cp.stamp = stamp
+	if !startUnstamped { // the test hook has no stamp to check against
+		if err := checkSecurityIdentity(cp.security, cfg.Cluster.NodeID, stamp.Cluster, cfg.Security.Dir); err != nil {
+			return err
+		}
+	}
 	if err := cp.openStore(cfg, log, stamp); err != nil {
 		return err
 	}
@@ -245,6 +259,7 @@ func (cp *clusterParts) openRaft(cfg *config.Config, log *slog.Logger) error {
 		Clock: clock.Real(), Logger: log.With("part", "raft"), TickInterval: time.Duration(cl.RaftTick),
 		ElectionTicks: cl.ElectionTicks, HeartbeatTicks: cl.HeartbeatTicks, SnapshotRate: cl.SnapshotBytesPerSecond(),
 		AlwaysAwake: []replication.GroupID{replication.GroupID(cluster.MetadataGroup)}, // never quiesced
+		TLS:         raftTLS(cp.security),
 	})
 	if err != nil {
 		return fmt.Errorf("node: raft: %w", err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"basalt/pkg/api"
 	"basalt/pkg/auth"
@@ -16,14 +17,31 @@ import (
 	"basalt/pkg/config"
 	"basalt/pkg/identity"
 	"basalt/pkg/pki"
+	"basalt/replication"
 )
 
-// A cluster node's API security ([security], pkg/config): its certificate
-// and the cluster CA's (pkg/pki) make the API HTTPS and let the others
-// know it, the tokens file (pkg/auth) says which bearer tokens its API
-// accepts, and the CA key, which the nodes basaltd pki init set up hold,
-// signs joining nodes' certificates. With security.insecure none of this
-// is loaded: the API is plain HTTP and answers anyone.
+// A cluster node authenticates to its peers with the certificate in its
+// security directory ([security] dir, pkg/pki): the Raft transport is
+// mutual TLS, and a peer whose certificate is not of this cluster's CA, or
+// names another cluster or another node than the one it claims, is refused
+// (replication, "Peer authentication"). The certificate must name this
+// node's ID and its cluster's UUID (the identity stamp, identity.go): a
+// node whose material is missing or names another node or cluster refuses
+// to start.
+//
+// The same certificate makes the API HTTPS and lets the other nodes know
+// this one on their node-only routes; the tokens file (pkg/auth) says
+// which bearer tokens the API accepts; the CA key, which the nodes basaltd
+// pki init set up hold, signs joining nodes' certificates (join_tls.go).
+// [security] insecure = true runs the transport on plain TCP and the API
+// on plain HTTP without tokens.
+
+// ErrNoSecurity: a cluster node without valid TLS material, and not
+// configured insecure.
+var ErrNoSecurity = errors.New("node: no valid TLS material for the Raft transport and the API")
+
+// pkiInitCommand is the command that creates a security directory.
+const pkiInitCommand = "basaltd pki init"
 
 // nodeSecurity is what a secure node loaded from its security directory.
 type nodeSecurity struct {
@@ -39,62 +57,88 @@ type nodeSecurity struct {
 	ca *pki.CA
 }
 
-// loadSecurity reads the security directory; nil, nil with
-// security.insecure.
+// loadSecurity loads the node's TLS material and API tokens from
+// [security] dir; nil without error when [security] insecure is set.
 func loadSecurity(cfg *config.Config, log *slog.Logger) (*nodeSecurity, error) {
 	sc := cfg.Security
 	if sc.Insecure {
-		log.Warn("security.insecure: the API is plain HTTP and answers anyone, without a token")
+		log.Warn("security.insecure: the Raft transport is plain TCP and authenticates no peer; " +
+			"the API is plain HTTP and answers anyone, without a token")
 		return nil, nil
 	}
 	if missing := pki.MissingFiles(sc.Dir); len(missing) > 0 {
-		return nil, fmt.Errorf("node: security directory %s lacks %v: create it with basaltd pki init "+
-			"(or set security.insecure = true for a test cluster)", sc.Dir, missing)
+		return nil, fmt.Errorf("%w: missing %s; create the cluster's CA and this node's certificate with `%s` "+
+			"(or set [security] insecure = true, for tests only)", ErrNoSecurity, strings.Join(missing, ", "), pkiInitCommand)
 	}
 	n, err := pki.LoadNode(sc.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("node: security: %w", err)
+		return nil, fmt.Errorf("%w: %w; recreate it with `%s`", ErrNoSecurity, err, pkiInitCommand)
 	}
 	s := &nodeSecurity{dir: sc.Dir, node: n}
 	if s.caPEM, err = os.ReadFile(filepath.Join(sc.Dir, pki.CACertFile)); err != nil {
-		return nil, fmt.Errorf("node: security: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrNoSecurity, err)
 	}
 	if s.tokensJSON, err = os.ReadFile(filepath.Join(sc.Dir, auth.TokensFile)); err != nil {
-		return nil, fmt.Errorf("node: security: the API's tokens: %w (basaltd pki init writes %s)", err, auth.TokensFile)
+		return nil, fmt.Errorf("%w: the API's tokens: %w (`%s` writes %s)", ErrNoSecurity, err, pkiInitCommand, auth.TokensFile)
 	}
 	if s.tokens, err = auth.ParseTokens(s.tokensJSON); err != nil {
-		return nil, fmt.Errorf("node: security: %s: %w", filepath.Join(sc.Dir, auth.TokensFile), err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrNoSecurity, filepath.Join(sc.Dir, auth.TokensFile), err)
 	}
 	switch _, err := os.Stat(filepath.Join(sc.Dir, pki.CAKeyFile)); {
 	case err == nil:
 		if s.ca, err = pki.LoadCA(sc.Dir); err != nil {
-			return nil, fmt.Errorf("node: security: %w", err)
+			return nil, fmt.Errorf("%w: %w", ErrNoSecurity, err)
 		}
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("node: security: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrNoSecurity, err)
 	}
-	log.Info("security loaded", "dir", sc.Dir, "identity", n.Identity().String(), "tokens", s.tokens.Len(),
-		"signs_joins", s.ca != nil, "certificate_expires", n.NotAfter())
+	log.Info("security: mutual TLS between nodes, HTTPS API with tokens", "dir", sc.Dir, "identity", n.Identity().String(),
+		"not_after", n.NotAfter(), "tokens", s.tokens.Len(), "signs_joins", s.ca != nil)
 	return s, nil
 }
 
-// checkIdentity refuses a certificate that names another node or cluster
-// than the node's configuration and state (a zero clusterID: state
-// without stamps, which only tests make, is not compared).
-func (s *nodeSecurity) checkIdentity(id cluster.NodeID, clusterID identity.ClusterUUID) error {
+// pki returns the node's certificate; nil when insecure.
+func (s *nodeSecurity) pki() *pki.Node {
 	if s == nil {
 		return nil
 	}
-	got := s.node.Identity()
-	if got.Node != uint64(id) || !clusterID.IsZero() && got.Cluster != clusterID.String() {
-		return fmt.Errorf("node: the certificate in %s is %s, but this is node %d of cluster %s: "+
-			"give each node the directory basaltd pki init wrote for it (node<ID>)", s.dir, got, id, clusterID)
+	return s.node
+}
+
+// checkSecurityIdentity checks the certificate names this node and the
+// cluster it belongs to.
+func checkSecurityIdentity(n *pki.Node, nodeID uint64, clusterID identity.ClusterUUID, dir string) error {
+	if n == nil {
+		return nil
+	}
+	id := n.Identity()
+	if id.Cluster != clusterID.String() {
+		return fmt.Errorf("%w: the certificate in %s is of cluster %s, this node is of cluster %s "+
+			"(cluster.initial_cluster_id, or its identity stamp); give it material of its cluster with `%s`",
+			ErrNoSecurity, dir, id.Cluster, clusterID, pkiInitCommand)
+	}
+	if id.Node != nodeID {
+		return fmt.Errorf("%w: the certificate in %s names node %d, this node is node %d; "+
+			"give it a certificate for node %d with `%s`", ErrNoSecurity, dir, id.Node, nodeID, nodeID, pkiInitCommand)
 	}
 	return nil
 }
 
-// client returns the client this node calls the others with: HTTPS with
-// its node certificate (the node-only routes), or plain HTTP when insecure.
+// raftTLS is the Raft transport's mutual TLS: client certificates
+// required, and a peer must be the node it claims (or was dialed as).
+func raftTLS(n *pki.Node) *replication.TLSConfig {
+	if n == nil {
+		return nil
+	}
+	return &replication.TLSConfig{Server: n.ServerTLS(true), Client: n.ClientTLS(),
+		VerifyPeer: func(cs tls.ConnectionState, claimed replication.NodeID) error {
+			return n.VerifyPeer(cs, uint64(claimed))
+		}}
+}
+
+// client returns the client this node calls the others' APIs with: HTTPS
+// with its node certificate (the node-only routes), or plain HTTP when
+// insecure.
 func (s *nodeSecurity) client() *api.Client {
 	if s == nil {
 		return api.NewClient("")
@@ -116,8 +160,7 @@ func (s *nodeSecurity) api(sc config.Security) *api.Security {
 	if s == nil {
 		return nil
 	}
-	as := &api.Security{Tokens: s.tokens, MetricsPublic: sc.MetricsPublic, CACert: s.caPEM,
-		TokensJSON: s.tokensJSON,
+	as := &api.Security{Tokens: s.tokens, MetricsPublic: sc.MetricsPublic, CACert: s.caPEM, TokensJSON: s.tokensJSON,
 		PeerNode: func(cs *tls.ConnectionState) (cluster.NodeID, error) {
 			if err := s.node.VerifyPeer(*cs, 0); err != nil {
 				return 0, err

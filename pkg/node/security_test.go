@@ -3,9 +3,12 @@ package node
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -109,27 +112,61 @@ func adminGet(t *testing.T, cfg *config.Config, addr, path string) (*http.Respon
 	return c.HTTP.Do(req)
 }
 
-// TestSecureNodeRefusesWithoutItsCertificate: a node without security
-// material, or with another node's certificate, refuses to start and says
-// what to do.
-func TestSecureNodeRefusesWithoutItsCertificate(t *testing.T) {
-	cfg := oneNodeConfig(t, t.TempDir(), false)
-	if err := os.Remove(filepath.Join(cfg.Security.Dir, pki.NodeCertFile)); err != nil {
+// writeSecurity gives dir the material of node id of cluster c (its CA's
+// and the tests' tokens too).
+func writeSecurity(t *testing.T, dir string, c identity.ClusterUUID, id uint64) {
+	t.Helper()
+	writeTestSecurity(t, dir, c, id)
+}
+
+// TestNodeRefusesWithoutItsTLSMaterial: a cluster node whose security
+// directory is empty, holds another cluster's certificate or another
+// node's, refuses to start, saying what is wrong and how to make it right;
+// with [security] insecure it starts without.
+func TestNodeRefusesWithoutItsTLSMaterial(t *testing.T) {
+	dir := t.TempDir()
+	cfg := oneNodeConfig(t, dir, false)
+	sec := cfg.Security.Dir
+	if sec != filepath.Join(dir, "security") {
+		t.Fatalf("security dir %s", sec)
+	}
+	refuse := func(want ...string) {
+		t.Helper()
+		n, err := Start(cfg, slog.New(slog.DiscardHandler))
+		if err == nil {
+			n.Close()
+			t.Fatal("started")
+		}
+		if !errors.Is(err, ErrNoSecurity) {
+			t.Fatalf("refusal %v, want ErrNoSecurity", err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("refusal %q lacks %q", err, w)
+			}
+		}
+	}
+	if err := os.RemoveAll(sec); err != nil {
 		t.Fatal(err)
 	}
-	n, err := Start(cfg, quiet)
-	if err == nil {
-		n.Close()
-		t.Fatal("a node without its certificate started")
+	refuse(filepath.Join(sec, "ca.crt"), filepath.Join(sec, "node.crt"), filepath.Join(sec, "node.key"), "basaltd pki init")
+	other := identity.NewClusterUUID()
+	writeSecurity(t, sec, other, 1)
+	refuse("of cluster "+other.String(), "this node is of cluster "+testClusterID.String())
+	writeSecurity(t, sec, testClusterID, 2)
+	refuse("names node 2, this node is node 1")
+	if err := os.Chmod(filepath.Join(sec, "node.key"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	mustContain(t, err, "basaltd pki init", pki.NodeCertFile)
+	refuse("lets others read the key")
 
-	cfg = oneNodeConfig(t, t.TempDir(), false)
-	writeTestSecurity(t, cfg.Security.Dir, testClusterID, 2)
-	n, err = Start(cfg, quiet)
-	if err == nil {
-		n.Close()
-		t.Fatal("node 1 started with node 2's certificate")
+	if err := os.RemoveAll(sec); err != nil {
+		t.Fatal(err)
 	}
-	mustContain(t, err, "node/2", "this is node 1")
+	cfg.Security.Insecure = true // the case under test: insecure starts without material
+	n, err := Start(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
 }

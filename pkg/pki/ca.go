@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"basalt/pkg/clock"
 )
 
 // Validity periods and clock-skew allowance (package doc, "Certificates").
@@ -62,7 +64,7 @@ func NewCA(cluster string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := clock.Real().Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: "basalt cluster " + cluster, Organization: []string{organization}},
@@ -158,7 +160,7 @@ func (ca *CA) Issue(id Identity, pub crypto.PublicKey, hosts []string) (certPEM 
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := clock.Real().Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject: pkix.Name{CommonName: "basalt node " + strconv.FormatUint(id.Node, 10),

@@ -27,6 +27,7 @@ import (
 	"basalt/pkg/cluster"
 	"basalt/pkg/identity"
 	"basalt/pkg/nvme/host"
+	"basalt/pkg/pki"
 	"basalt/tests/ports"
 
 	"golang.org/x/sys/unix"
@@ -137,6 +138,9 @@ type testCluster struct {
 	// security directory, admin.json and reader.json.
 	secDir string
 	sec    *security
+	// clientOf overrides client for a node (an impostor's API, which is
+	// not under the cluster's CA).
+	clientOf map[int]*api.Client
 }
 
 // freePort returns a loopback address with a port free right now, never
@@ -151,7 +155,7 @@ func freePort(t *testing.T) string {
 func startCluster(t *testing.T, o opts) *testCluster {
 	t.Helper()
 	needProcesses(t)
-	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID()}
+	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID(), clientOf: map[int]*api.Client{}}
 	tc.placeRaftLogs()
 	tc.initSecurity()
 	for i := 1; i <= o.nodes; i++ {
@@ -248,7 +252,6 @@ func (tc *testCluster) writeConfig(n *node) {
 	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
 		n.id, n.raft, n.api, tc.clusterID)
 	b.WriteString(tc.o.clusterConf)
-	tc.writeSecurity(&b, n)
 	for _, p := range tc.nodes {
 		raft := p.raft
 		if p != n {
@@ -265,9 +268,23 @@ func (tc *testCluster) writeConfig(n *node) {
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = %q\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", n.id)),
 		cmp.Or(tc.o.raftLog, "64MiB"))
+	b.WriteString(tc.security(n.id, n.dir))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
+}
+
+// security gives node id its material, copied from what basaltd pki init
+// wrote for it (credentials_test.go), into <dir>/security unless there
+// already is some (a test's own), and returns its [security] section,
+// which writeConfig puts last.
+func (tc *testCluster) security(id int, dir string) string {
+	tc.t.Helper()
+	sec := filepath.Join(dir, "security")
+	if len(pki.MissingFiles(sec)) > 0 {
+		tc.copySecurity(id, sec)
+	}
+	return fmt.Sprintf("\n[security]\ndir = %q\n", sec)
 }
 
 func (tc *testCluster) start(n *node) {
@@ -329,7 +346,12 @@ func (tc *testCluster) dumpLogs() {
 }
 
 // client is a client of n's API with the admin credentials.
-func (tc *testCluster) client(n *node) *api.Client { return tc.sec.client(n.api, tc.sec.admin) }
+func (tc *testCluster) client(n *node) *api.Client {
+	if c := tc.clientOf[n.id]; c != nil {
+		return c
+	}
+	return tc.sec.client(n.api, tc.sec.admin)
+}
 
 // up returns a node that is running.
 func (tc *testCluster) up() *node {

@@ -28,13 +28,15 @@ func (tc *testCluster) addNode(via *node) *node {
 	fmt.Fprintf(&b, "[node]\nname = \"node%d\"\ndata_dir = %q\n\n", id, n.dir)
 	fmt.Fprintf(&b, "[nvme]\nlisten = %q\nadvertise = %q\n\n[log]\nlevel = \"info\"\n\n", n.nvme, n.nvme)
 	fmt.Fprintf(&b, "[cluster]\njoin = %q\nraft_listen = %q\napi_listen = %q\n%s", via.api, n.raft, n.api, tc.o.clusterConf)
-	fmt.Fprintf(&b, "\n[security]\njoin_token_file = %q\n", tc.joinSecurity(n)) // its own dir, holding ca.crt only
 	if tc.o.store {
 		fmt.Fprintf(&b, "\n[store]\ndrives = [%q, %q, %q]\ndrive_size = \"256MiB\"\nbuffer_size = \"64MiB\"\n"+
 			"chunk_size = \"32KiB\"\nsegment_stripes = 8\n",
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"))
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = \"64MiB\"\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", id)))
+	// No certificate: the cluster's CA certificate and an admin token, with
+	// which it gets its certificate from the cluster (pkg/node, join_tls.go).
+	fmt.Fprintf(&b, "\n[security]\njoin_token_file = %q\n", tc.joinSecurity(n))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
