@@ -230,3 +230,27 @@ func TestJoinNeedsACSR(t *testing.T) {
 		t.Errorf("certificate for %s, joined as node %d of %s", id, jv.Node.ID, ac.Sec.CA.Cluster())
 	}
 }
+
+// TestJoinWithoutCAKey: a node holding no CA key refuses a join before it
+// takes a node ID, naming what to do.
+func TestJoinWithoutCAKey(t *testing.T) {
+	ac := clustertest.NewAPICluster(t, 1, 3*time.Second)
+	sec := ac.Sec.API(1)
+	sec.SignNode = nil
+	srv := httptest.NewUnstartedServer(api.NewServer(api.Config{Cluster: ac.Nodes[0].Cluster, Security: sec}))
+	srv.TLS = ac.Sec.Nodes[0].ServerTLS(false)
+	srv.StartTLS()
+	defer srv.Close()
+	_, csrPEM, err := pki.NewKeyAndCSR()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.NewTLSClient(srv.URL, ac.Sec.UserTLS(), ac.Sec.AdminToken).JoinNode(ctx(t), api.JoinRequest{Name: "n2",
+		NVMeAddr: "127.0.0.1:4421", RaftAddr: "127.0.0.1:9521", APIAddr: "127.0.0.1:9421", CSR: string(csrPEM)})
+	if !errors.Is(err, cluster.ErrInvalid) || !strings.Contains(err.Error(), "no CA key") {
+		t.Errorf("join through a node without the CA key: %v", err)
+	}
+	if n := len(ac.Nodes[0].Cluster.Nodes()); n != 1 {
+		t.Errorf("the refused join took a node ID: %d nodes", n)
+	}
+}
