@@ -124,7 +124,8 @@ func (s *Server) authorize(r *http.Request) *denial {
 	_, pattern := s.mux.Handler(r)
 	what := r.Method + " " + r.URL.Path
 	hasAuth := r.Header.Get("Authorization") != ""
-	switch a := accessOf(r.Method, pattern); a {
+	a := accessOf(r.Method, pattern)
+	switch a {
 	case accessNode:
 		if hasAuth {
 			return forbidden(what+" is for the cluster's nodes only: it takes a node certificate and refuses tokens",
@@ -144,7 +145,7 @@ func (s *Server) authorize(r *http.Request) *denial {
 	if e != nil {
 		return e
 	}
-	if accessOf(r.Method, pattern) == accessAdmin && !id.Role.Allows(auth.RoleAdmin) {
+	if a == accessAdmin && !id.Role.Allows(auth.RoleAdmin) {
 		return forbidden(fmt.Sprintf("%s changes the cluster: it needs a token of role %q; the token %q is %q",
 			what, auth.RoleAdmin, id.Name, id.Role),
 			"use an admin token (make run and basaltd pki init write admin.json: export BASALT_CREDENTIALS=.../admin.json)",
