@@ -10,8 +10,13 @@
 #   3      4422       9422             9522
 #
 # State lives in $RUN_DIR (default ./.basalt): each node's metadata and
-# file-backed drives. Write buffers and Raft logs live on tmpfs (/dev/shm):
-# fast, and honest that they do not survive a reboot of this machine.
+# file-backed drives, and $RUN_DIR/security, which basaltd pki init writes on
+# the first run and every run after keeps: the cluster CA, each node's
+# certificate and the API tokens (nodeN/), and the basaltctl credentials
+# files admin.json and reader.json. The API is HTTPS and needs a token:
+#   export BASALT_CREDENTIALS=$RUN_DIR/security/admin.json
+# Write buffers and Raft logs live on tmpfs (/dev/shm): fast, and honest
+# that they do not survive a reboot of this machine.
 #
 # Environment:
 #   BASALT_ADVERTISE_HOST  address hosts use to reach the nodes, put in the
@@ -56,13 +61,27 @@ tag=$(printf %s "$RUN_DIR" | cksum | cut -d' ' -f1)
 NVME_PORT=${BASALT_NVME_PORT:-4420}
 API_PORT=${BASALT_API_PORT:-9420}
 RAFT_PORT=${BASALT_RAFT_PORT:-9520}
-API=http://127.0.0.1:$API_PORT
-ctl() { "$BIN/basaltctl" --api "$API" "$@"; }
+API=https://127.0.0.1:$API_PORT
+SEC=$RUN_DIR/security
+ctl() { BASALT_CREDENTIALS=$SEC/admin.json "$BIN/basaltctl" --api "$API" "$@"; }
 
 for b in basaltd basaltctl; do
 	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: run 'make build' (or 'make run')" >&2; exit 1; }
 done
 mkdir -p "$RUN_DIR" "$SHM"
+
+# The cluster's UUID, drawn on the first run and kept in $RUN_DIR: the nodes
+# bootstrap with it once and check their state against it on every start
+# after (a node whose Raft log is gone refuses to start); the CA's
+# certificate names it.
+idfile=$RUN_DIR/cluster-id
+[ -s "$idfile" ] || cat /proc/sys/kernel/random/uuid >"$idfile"
+if [ ! -s "$SEC/ca.crt" ]; then
+	hosts=127.0.0.1,localhost
+	[ "$ADV" = 127.0.0.1 ] || hosts=$hosts,$ADV
+	"$BIN/basaltd" pki init --dir "$SEC" --cluster-id "$(cat "$idfile")" --nodes 1,2,3 --hosts "$hosts" \
+		--api "$API" | sed 's/^/basalt: /'
+fi
 
 peers() {
 	for j in 1 2 3; do
@@ -78,12 +97,8 @@ PEER
 }
 
 write_config() {
-	local i=$1 dir=$RUN_DIR/node$1 idfile=$RUN_DIR/cluster-id
+	local i=$1 dir=$RUN_DIR/node$1
 	mkdir -p "$dir"
-	# The cluster's UUID, drawn on the first run and kept in $RUN_DIR: the
-	# nodes bootstrap with it once and check their state against it on every
-	# start after (a node whose Raft log is gone refuses to start).
-	[ -s "$idfile" ] || cat /proc/sys/kernel/random/uuid >"$idfile"
 	{
 		cat <<CFG
 # Written by scripts/run.sh; rewritten on every run.
@@ -104,6 +119,9 @@ raft_listen = "127.0.0.1:$((RAFT_PORT - 1 + i))"
 api_listen = "127.0.0.1:$((API_PORT - 1 + i))"
 bootstrap = true
 initial_cluster_id = "$(cat "$idfile")"
+
+[security]
+dir = "$SEC/node$i"
 CFG
 		peers
 		if [ "$USE_STORE" != 0 ]; then
@@ -281,8 +299,11 @@ else
 	echo "  (for connect-all from the guest, start with: BASALT_ADVERTISE_HOST=10.0.2.2 make run)"
 fi
 echo
-echo "Manage it with: $BIN/basaltctl --api $API (cluster status | node list | volume list | volume show $VOLUME)"
-echo "Metrics: curl -s $API/metrics | grep ^basalt_"
+echo "The API is HTTPS with tokens. Admin credentials: $SEC/admin.json (read-only: $SEC/reader.json)"
+echo "  export BASALT_CREDENTIALS=$SEC/admin.json"
+echo "Manage it with: $BIN/basaltctl (cluster status | node list | volume list | volume show $VOLUME)"
+echo "Metrics: curl -s --cacert $SEC/ca.crt -H \"Authorization: Bearer \$TOKEN\" $API/metrics | grep ^basalt_"
+echo "  (TOKEN: the \"token\" of $SEC/reader.json)"
 echo "basalt: running; Ctrl-C stops all three nodes."
 while :; do
 	supervise

@@ -59,6 +59,9 @@ raft_listen = "127.0.0.1:$rf"
 api_listen = "127.0.0.1:$api"
 bootstrap = true
 initial_cluster_id = "$(cat "$dir/cluster-id")"
+
+[security]
+dir = "$dir/security/node$i"
 CFG
 	for j in 1 2 3; do
 		cat <<PEER
@@ -85,7 +88,12 @@ size = "${BASALT_RAFT_LOG_MIB:-256}MiB"
 CFG
 }
 
-cluster_ctl() { "$BIN/basaltctl" --api "http://127.0.0.1:${CLUSTER_PORTS[2]}" --timeout 10s "$@"; }
+# The API is HTTPS with tokens, as make run sets it up: basaltd pki init
+# writes $CLUSTER_DIR/security (basalt_cluster_up), admin.json among it.
+cluster_ctl() {
+	BASALT_CREDENTIALS=$CLUSTER_DIR/security/admin.json \
+		"$BIN/basaltctl" --api "https://127.0.0.1:${CLUSTER_PORTS[2]}" --timeout 10s "$@"
+}
 
 # cluster_wait WHAT SECONDS CMD...: poll CMD every 0.5 s; fail (with the
 # nodes' last log lines) when it never succeeds or a node exits.
@@ -137,6 +145,10 @@ basalt_cluster_up() {
 	cluster_free_ports 9
 	SYS_PIDS=()
 	SYS_DOWN+=(basalt_cluster_down)
+	mkdir -p "$CLUSTER_DIR"
+	[ -s "$CLUSTER_DIR/cluster-id" ] || cat /proc/sys/kernel/random/uuid >"$CLUSTER_DIR/cluster-id"
+	"$BIN/basaltd" pki init --dir "$CLUSTER_DIR/security" --cluster-id "$(cat "$CLUSTER_DIR/cluster-id")" \
+		--nodes 1,2,3 --hosts 127.0.0.1 >/dev/null || return 1
 	for i in 1 2 3; do
 		mkdir -p "$CLUSTER_DIR/node$i"
 		cluster_config "$i" "$CLUSTER_DIR" "$CLUSTER_SHM" >"$CLUSTER_DIR/node$i/basaltd.toml"

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"basalt/pkg/api"
-	"basalt/pkg/cluster/clustertest"
 )
 
 const (
@@ -20,7 +19,7 @@ const (
 )
 
 func TestCLIHostsAndSecrets(t *testing.T) {
-	ac := clustertest.NewAPICluster(t, 1, 3*time.Second)
+	ac := newAPICluster(t, 1, 3*time.Second)
 	base := ac.Nodes[0].Server.URL
 	out, errs, code := ctl(t, base, "volume", "create", "v", "--size", "1MiB")
 	if code != 0 || !strings.Contains(out, "no host allowed yet (basaltctl host add v NQN)") {

@@ -15,9 +15,13 @@
 // ones a node generates are printed once, with the nvme connect commands
 // that use them.
 //
-// --api defaults to $BASALT_API, else http://127.0.0.1:9420. Errors go to
+// Credentials (credentials.go) come from the file $BASALT_CREDENTIALS
+// names, else ~/.config/basalt/credentials.json; $BASALT_API, $BASALT_CA
+// and $BASALT_TOKEN override one field each, --api, --ca and --token all
+// of them; the API defaults to https://127.0.0.1:9420. Errors go to
 // stderr with what to do about them; the exit status is 1 for an error
-// from the cluster, 2 for a usage error, 3 when the API is unreachable.
+// from the cluster (a refused token too), 2 for a usage error, 3 when the
+// API is unreachable.
 package main
 
 import (
@@ -32,19 +36,25 @@ import (
 	"github.com/spf13/cobra"
 
 	"basalt/pkg/api"
+	"basalt/pkg/auth"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // options are the global flags.
 type options struct {
-	api     string
-	output  string
-	timeout time.Duration
-	out     io.Writer
+	api, caFile, token string
+	output             string
+	timeout            time.Duration
+	out                io.Writer
+	// creds are the resolved credentials, credSrc where they came
+	// from, cl the client built with them (credentials.go).
+	creds   auth.Credentials
+	credSrc auth.Source
+	cl      *api.Client
 }
 
-func (o *options) client() *api.Client { return api.NewClient(o.api) }
+func (o *options) client() *api.Client { return o.cl }
 
 func (o *options) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), o.timeout)
@@ -69,12 +79,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case errors.As(err, &ae):
 		fmt.Fprintf(stderr, "basaltctl: %s\n", ae.Message)
-		if ae.Hint != "" {
+		if h := o.authHint(ae); h != "" {
+			fmt.Fprintf(stderr, "  hint: %s\n", h)
+		} else if ae.Hint != "" {
 			fmt.Fprintf(stderr, "  hint: %s\n", ae.Hint)
 		}
 		return 1
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "basaltctl: %v\n  hint: is a node running? Pass its API address with --api http://HOST:9420 (or set BASALT_API)\n", err)
+		hint := tlsHint(err)
+		if hint == "" {
+			hint = "is a node running? Pass its API address with --api https://HOST:9420 (or set BASALT_API)"
+		}
+		fmt.Fprintf(stderr, "basaltctl: %v\n  hint: %s\n", err, hint)
 		return 3
 	default: // the command line
 		fmt.Fprintf(stderr, "basaltctl: %v\n  hint: see basaltctl --help\n", err)
@@ -83,10 +99,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newRoot(o *options) *cobra.Command {
-	def := os.Getenv("BASALT_API")
-	if def == "" {
-		def = "http://127.0.0.1:9420"
-	}
 	root := &cobra.Command{
 		Use:           "basaltctl",
 		Short:         "Manage a Basalt block storage cluster",
@@ -96,12 +108,14 @@ func newRoot(o *options) *cobra.Command {
 			if o.output != "table" && o.output != "json" {
 				return usageError{fmt.Errorf("-o %q: want table or json", o.output)}
 			}
-			return nil
+			return o.resolve()
 		},
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	pf := root.PersistentFlags()
-	pf.StringVar(&o.api, "api", def, "API of any node of the cluster (env BASALT_API)")
+	pf.StringVar(&o.api, "api", "", "API of any node of the cluster (env BASALT_API; default "+auth.DefaultAPI+")")
+	pf.StringVar(&o.caFile, "ca", "", "the cluster's CA certificate, ca.crt (env BASALT_CA)")
+	pf.StringVar(&o.token, "token", "", "API token (env BASALT_TOKEN; better: a credentials file in BASALT_CREDENTIALS)")
 	pf.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the cluster")
 	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), hostCmd(o), driveCmd(o))

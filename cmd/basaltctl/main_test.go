@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,15 +12,40 @@ import (
 	"basalt/pkg/cluster/clustertest"
 )
 
+// secured maps the API URLs of the test clusters (which serve HTTPS with
+// tokens) to their security, so that ctl passes --ca and --token.
+var secured sync.Map
+
+// newAPICluster is clustertest.NewAPICluster, its nodes registered in
+// secured.
+func newAPICluster(t *testing.T, n int, timeout time.Duration) *clustertest.APICluster {
+	ac := clustertest.NewAPICluster(t, n, timeout)
+	for _, nd := range ac.Nodes {
+		secured.Store(nd.Server.URL, ac.Sec)
+		t.Cleanup(func() { secured.Delete(nd.Server.URL) })
+	}
+	return ac
+}
+
+// ctl runs basaltctl against base: with the admin token and the CA when
+// base is a test cluster's.
 func ctl(t *testing.T, base string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	pre := []string{"--api", base, "--timeout", "5s"}
+	if sec, ok := secured.Load(base); ok {
+		pre = append(pre, "--ca", sec.(*clustertest.TestSecurity).CAFile, "--token", sec.(*clustertest.TestSecurity).AdminToken)
+	}
+	return ctlArgs(append(pre, args...)...)
+}
+
+func ctlArgs(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
-	code = run(append([]string{"--api", base, "--timeout", "5s"}, args...), &out, &errb)
+	code = run(args, &out, &errb)
 	return out.String(), errb.String(), code
 }
 
 func TestCLIVolumeLifecycle(t *testing.T) {
-	ac := clustertest.NewAPICluster(t, 3, 3*time.Second)
+	ac := newAPICluster(t, 3, 3*time.Second)
 	base := ac.Nodes[1].Server.URL
 
 	out, errs, code := ctl(t, base, "volume", "create", "vol1", "--size", "4MiB", "--host", "nqn.2014-08.org.nvmexpress:uuid:h1")
@@ -74,7 +100,7 @@ func TestCLIVolumeLifecycle(t *testing.T) {
 }
 
 func TestCLIErrors(t *testing.T) {
-	ac := clustertest.NewAPICluster(t, 1, time.Second)
+	ac := newAPICluster(t, 1, time.Second)
 	base := ac.Nodes[0].Server.URL
 	if _, errs, code := ctl(t, base, "volume", "create", "a", "--size", "1MiB"); code != 0 {
 		t.Fatal(errs)
@@ -118,7 +144,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestCLINodeListShowsScrub(t *testing.T) {
-	ac := clustertest.NewAPICluster(t, 3, time.Second)
+	ac := newAPICluster(t, 3, time.Second)
 	last := time.Date(2026, 3, 1, 2, 0, 0, 0, time.UTC)
 	ac.Nodes[0].Scrub.Store(&api.ScrubView{Enabled: true, Interval: "168h0m0s", InProgress: true, Fraction: 0.42,
 		LastCompleted: last, Last: api.ScrubCounts{Repaired: 3}, Pass: &api.ScrubCounts{Repaired: 1, Unrecoverable: 2}})

@@ -4,6 +4,7 @@
 // and the management API and metrics (see basaltctl).
 //
 //	basaltd --config /etc/basalt/basaltd.toml [--listen ADDR] [--advertise ADDR] [--log-level LEVEL] [--timer-slack D]
+//	basaltd pki init --dir D [--cluster-id UUID] [--nodes 1,2,3] [--hosts 127.0.0.1,localhost]   (pki.go)
 //
 // Before anything else it sets the process's timer slack (--timer-slack,
 // default 1ms; 0 keeps the kernel's 50µs), which means executing itself once
@@ -44,6 +45,9 @@ func main() { os.Exit(run()) }
 const maxTimerSlack = 10 * time.Millisecond
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "pki" { // pki.go: before the timer slack, which re-executes
+		return runPKI(os.Args[2:], os.Stdout, os.Stderr)
+	}
 	path := flag.String("config", "", "configuration file (TOML; required)")
 	listen := flag.String("listen", "", "override nvme.listen (host:port)")
 	advertise := flag.String("advertise", "", "override nvme.advertise (host:port hosts connect to)")
@@ -89,8 +93,12 @@ func run() int {
 		return 1
 	}
 	if cfg.Cluster != nil {
-		fmt.Fprintf(os.Stderr, "\nbasaltd: node %d of %d, API on %s: basaltctl --api http://%s cluster status\n\n",
-			cfg.Cluster.NodeID, len(cfg.Cluster.Peers), n.APIAddr(), n.APIAddr())
+		scheme := "https"
+		if cfg.Security.Insecure {
+			scheme = "http"
+		}
+		fmt.Fprintf(os.Stderr, "\nbasaltd: node %d of %d, API on %s: basaltctl --api %s://%s cluster status\n\n",
+			cfg.Cluster.NodeID, len(cfg.Cluster.Peers), n.APIAddr(), scheme, n.APIAddr())
 	} else {
 		printConnectHints(cfg)
 	}

@@ -125,7 +125,7 @@ func TestAPIErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req, _ := http.NewRequest(tt.method, base+tt.path, strings.NewReader(tt.body))
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := ac.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestAPIErrors(t *testing.T) {
 	// Without a metadata leader, changes fail with 503 and Retry-After.
 	ac.Net.SetMetadataLeader(0)
 	req, _ := http.NewRequest("POST", base+"/v1/volumes", strings.NewReader(`{"name":"c","size":"1GiB"}`))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ac.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestNodesShowTheScrubSchedule(t *testing.T) {
 	if err != nil || local.Node.ID != 1 || local.Scrub != nil {
 		t.Errorf("node 1 local: %v %+v", err, local)
 	}
-	resp, err := http.Get(ac.Nodes[2].Server.URL + "/v1/local")
+	resp, err := ac.Get(ac.Nodes[2].Server.URL + "/v1/local")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err := be.WriteAt(context.Background(), make([]byte, 8192), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(ac.Nodes[0].Server.URL + "/metrics")
+	resp, err := ac.Get(ac.Nodes[0].Server.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

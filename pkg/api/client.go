@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,27 +21,57 @@ import (
 // an error status (errors.Is works with the cluster sentinels), and
 // other errors for transport failures.
 type Client struct {
-	// Base is the node's URL ("http://127.0.0.1:9420").
+	// Base is the node's URL ("https://127.0.0.1:9420").
 	Base string
 	HTTP *http.Client
+	// Token, if set, is sent as the bearer token of every request
+	// (auth.go).
+	Token string
+	// scheme is what a base without one gets: "http", or "https" for a
+	// client made by NewTLSClient.
+	scheme string
 }
 
 // NewClient returns a client of the API at base ("http://host:port" or
-// "host:port").
+// "host:port"), in plain HTTP without credentials: for nodes that run
+// with [security] insecure = true.
 func NewClient(base string) *Client {
-	return &Client{Base: normalizeBase(base), HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return &Client{Base: normalizeBase(base, "http"), HTTP: &http.Client{Timeout: 30 * time.Second}, scheme: "http"}
 }
 
-func normalizeBase(base string) string {
+// NewTLSClient returns a client of the API at base ("https://host:port"
+// or "host:port") over HTTPS: tlsCfg's RootCAs verify the node (the
+// cluster CA), its Certificates, if any, are presented (a node's own
+// certificate, for the node-only routes); token, if not "", is sent as
+// the bearer token.
+func NewTLSClient(base string, tlsCfg *tls.Config, token string) *Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tlsCfg
+	tr.Proxy = nil // the nodes talk to each other directly
+	return &Client{Base: normalizeBase(base, "https"), HTTP: &http.Client{Timeout: 30 * time.Second, Transport: tr},
+		Token: token, scheme: "https"}
+}
+
+func normalizeBase(base, scheme string) string {
 	if base != "" && !strings.Contains(base, "://") {
-		base = "http://" + base
+		base = scheme + "://" + base
 	}
 	return strings.TrimRight(base, "/")
 }
 
 // At returns a client of another node's API (addr "host:port"), sharing
-// the HTTP client.
-func (c *Client) At(addr string) *Client { return &Client{Base: normalizeBase(addr), HTTP: c.HTTP} }
+// the HTTP client (its TLS configuration) and the token.
+func (c *Client) At(addr string) *Client {
+	scheme := cmp.Or(c.scheme, "http")
+	return &Client{Base: normalizeBase(addr, scheme), HTTP: c.HTTP, Token: c.Token, scheme: scheme}
+}
+
+// authorize adds the client's token to req.
+func (c *Client) authorize(req *http.Request) {
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
 
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
@@ -57,6 +89,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.authorize(req)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach the Basalt API at %s: %w", c.Base, err)

@@ -43,6 +43,12 @@
 //	                                               read them either (peer_read.go)
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //
+// A node serves the API over HTTPS (TLS 1.3, its node certificate) and
+// authorizes every request (auth.go): reads need a token of any role,
+// changes an admin token, the /v1/internal/ routes a node certificate of
+// the cluster; /metrics a token unless [security] metrics_public.
+// [security] insecure serves plain HTTP to anyone, for tests.
+//
 // Changes go to the metadata leader. A node that does not lead forwards
 // the change itself (it sends the metadata command to the leader's
 // /v1/internal/commands and relays the answer) rather than answering 307:
@@ -77,4 +83,7 @@
 //	unsupported  501     the replica backend cannot do it
 //	timeout      504     the change did not commit in time
 //	internal     500     anything else; see the node's log
+//	unauthenticated 401  no token, or one the node does not know (WWW-Authenticate)
+//	forbidden    403     a read-only token on a change; a token, or no node
+//	                     certificate, on a node-only route
 package api

@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -54,7 +53,7 @@ func TestFailedReplicaIsReported(t *testing.T) {
 		cv.Health != "degraded" {
 		t.Errorf("cluster view: health %q, failed %+v", cv.Health, cv.Failed)
 	}
-	resp, err := http.Get(ac.Nodes[failed-1].Server.URL + "/metrics")
+	resp, err := ac.Get(ac.Nodes[failed-1].Server.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

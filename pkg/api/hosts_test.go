@@ -23,11 +23,12 @@ const (
 	testHost       = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e001"
 )
 
-// call sends a request to node i and returns the status and body.
-func call(t *testing.T, ac *clustertest.APICluster, i int, method, path, body string) (int, string) {
+// callNode sends a request to node i as the admin and returns the status
+// and body.
+func callNode(t *testing.T, ac *clustertest.APICluster, i int, method, path, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, ac.Nodes[i].Server.URL+path, strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := ac.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func views(t *testing.T, ac *clustertest.APICluster) map[string]string {
 	out := map[string]string{}
 	for i := range ac.Nodes {
 		for _, p := range []string{"/v1/volumes", "/v1/volumes/vol1", "/v1/cluster", "/v1/nodes", "/v1/local", "/metrics"} {
-			_, out[ac.Nodes[i].ID.String()+" "+p] = call(t, ac, i, "GET", p, "")
+			_, out[ac.Nodes[i].ID.String()+" "+p] = callNode(t, ac, i, "GET", p, "")
 		}
 	}
 	return out
@@ -65,7 +66,7 @@ func TestHostSecretsThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := `{"dhchap_secret":"` + testDHCHAP + `","dhchap_ctrl_secret":"` + testDHCHAPCtrl + `","tls_psk":"` + testTLSPSK + `"}`
-	status, out := call(t, ac, 2, "POST", "/v1/volumes/vol1/hosts/"+testHost, body)
+	status, out := callNode(t, ac, 2, "POST", "/v1/volumes/vol1/hosts/"+testHost, body)
 	if status != 200 {
 		t.Fatalf("add host: HTTP %d %s", status, out)
 	}
@@ -158,7 +159,7 @@ func TestHostSecretErrors(t *testing.T) {
 		{"unknown field", `{"dhchap_key":"` + testDHCHAP + `"}`, `unknown field \"dhchap_key\"`},
 	}
 	for _, tt := range tests {
-		status, out := call(t, ac, 0, "POST", "/v1/volumes/a/hosts/"+testHost, tt.body)
+		status, out := callNode(t, ac, 0, "POST", "/v1/volumes/a/hosts/"+testHost, tt.body)
 		if status != 400 || !strings.Contains(out, `"code": "invalid"`) || !strings.Contains(out, tt.want) {
 			t.Errorf("%s: HTTP %d %s, want 400 with %q", tt.name, status, out, tt.want)
 		}
@@ -168,9 +169,17 @@ func TestHostSecretErrors(t *testing.T) {
 		t.Fatalf("a refused request changed the volume: %v", v.Hosts)
 	}
 	noSecrets(t, "the log", ac.Logs.String(), testDHCHAP, testDHCHAPCtrl, testTLSPSK, badCRC, short)
-	// Forged raw commands are refused the same way by the metadata.
-	status, out := call(t, ac, 0, "POST", "/v1/internal/commands",
-		`{"op":"add_host","volume":"a","host":"`+testHost+`","secrets":{"dhchap_secret":"`+badCRC+`"}}`)
+	// Raw commands (from a node: the route takes a node certificate) are
+	// refused the same way by the metadata.
+	req, _ := http.NewRequest("POST", ac.Nodes[0].Server.URL+"/v1/internal/commands", strings.NewReader(
+		`{"op":"add_host","volume":"a","host":"`+testHost+`","secrets":{"dhchap_secret":"`+badCRC+`"}}`))
+	resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: ac.Sec.Nodes[0].ClientTLS()}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	status, out := resp.StatusCode, string(raw)
 	if status != 400 || !strings.Contains(out, "CRC-32") {
 		t.Errorf("raw add_host with a bad secret: HTTP %d %s", status, out)
 	}
@@ -193,10 +202,10 @@ func TestAllowAnyHostIsExplicit(t *testing.T) {
 	if v, err = cl.SetAllowAnyHost(ctx(t), "closed", true); err != nil || !v.AllowAnyHost {
 		t.Fatalf("set true: %v %+v", err, v)
 	}
-	if status, out := call(t, ac, 0, "PATCH", "/v1/volumes/closed", `{}`); status != 400 || !strings.Contains(out, "allow_any_host") {
+	if status, out := callNode(t, ac, 0, "PATCH", "/v1/volumes/closed", `{}`); status != 400 || !strings.Contains(out, "allow_any_host") {
 		t.Errorf("PATCH without a setting: HTTP %d %s", status, out)
 	}
-	if status, _ := call(t, ac, 0, "PATCH", "/v1/volumes/zz", `{"allow_any_host":true}`); status != 404 {
+	if status, _ := callNode(t, ac, 0, "PATCH", "/v1/volumes/zz", `{"allow_any_host":true}`); status != 404 {
 		t.Errorf("PATCH a missing volume: HTTP %d", status)
 	}
 }

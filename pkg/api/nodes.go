@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -35,6 +36,10 @@ type JoinRequest struct {
 	APIAddr  string `json:"api_addr"`
 	Zone     string `json:"zone,omitempty"`
 	Capacity int64  `json:"capacity,omitempty"`
+	// CSR is the new node's certificate request (PEM, pkg/pki
+	// NewKeyAndCSR); required by a node with Config.Security, which
+	// answers the certificate (join_cert.go).
+	CSR string `json:"csr,omitempty"`
 }
 
 // JoinView answers a join: the ID the node got and the members it joins.
@@ -48,6 +53,14 @@ type JoinView struct {
 	// MetadataVoters are the metadata group's voters: the peers the new
 	// node hears from until it has the group's configuration.
 	MetadataVoters []cluster.NodeID `json:"metadata_voters"`
+	// Certificate is the new node's certificate (PEM), signed by the
+	// cluster CA for its ID; CACertificate is that CA's (PEM). Both are
+	// empty from a node without Config.Security.
+	Certificate   string `json:"certificate,omitempty"`
+	CACertificate string `json:"ca_certificate,omitempty"`
+	// Tokens is the answering node's tokens file (pkg/auth), which the
+	// new node takes as its own if it has none.
+	Tokens json.RawMessage `json:"tokens,omitempty"`
 }
 
 func pathNode(r *http.Request) (cluster.NodeID, error) {
@@ -104,6 +117,9 @@ func (s *Server) joinNode(r *http.Request) (int, any, error) {
 	if err := readBody(r, &req); err != nil {
 		return 0, nil, err
 	}
+	if err := s.checkJoinCSR(req); err != nil { // before the join takes an ID
+		return 0, nil, err
+	}
 	n := &cluster.Node{Name: req.Name, NVMeAddr: req.NVMeAddr, RaftAddr: req.RaftAddr, APIAddr: req.APIAddr,
 		Zone: req.Zone, Capacity: req.Capacity}
 	res, err := s.submit(r, cluster.Command{Op: cluster.OpJoinNode, Node: n})
@@ -121,6 +137,9 @@ func (s *Server) joinNode(r *http.Request) (int, any, error) {
 	}
 	if mg, ok := s.c.MetadataGroup().(cluster.MemberGroup); ok {
 		jv.MetadataVoters = mg.Members().Voters
+	}
+	if err := s.signJoin(req, &jv); err != nil {
+		return 0, nil, err
 	}
 	return http.StatusCreated, jv, nil
 }

@@ -147,6 +147,7 @@ func (c *Client) PeerRead(ctx context.Context, group cluster.GroupID, off int64,
 		return nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	c.authorize(req)
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("cannot reach the Basalt API at %s: %w", c.Base, err)

@@ -41,6 +41,9 @@ type Config struct {
 	// PeerReads serves this node's replicas to other nodes' leaders
 	// (peer_read.go); nil: 404.
 	PeerReads PeerReads
+	// Security authenticates and authorizes every request (auth.go);
+	// nil: none, anyone may do anything.
+	Security *Security
 }
 
 // Server is the HTTP API of one node.
@@ -124,7 +127,16 @@ func (s *Server) route(pattern string, methods map[string]handler) {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// With Config.Security, it authorizes the request first (auth.go).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Security != nil {
+		if d := s.authorize(r); d != nil {
+			d.write(w)
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -212,7 +212,8 @@ type Error struct {
 	// Status is the HTTP status (not in the body).
 	Status int `json:"-"`
 	// Code classifies the error: invalid, not_found, exists, conflict,
-	// no_capacity, not_leader, no_leader, unsupported, timeout, internal.
+	// no_capacity, not_leader, no_leader, unsupported, timeout, internal,
+	// unauthenticated, forbidden (auth.go).
 	Code    string `json:"code"`
 	Message string `json:"error"`
 	Hint    string `json:"hint,omitempty"`
@@ -239,6 +240,8 @@ var codes = []struct {
 	{"not_leader", http.StatusServiceUnavailable, cluster.ErrNotLeader},
 	{"no_leader", http.StatusServiceUnavailable, cluster.ErrNoLeader},
 	{"unsupported", http.StatusNotImplemented, cluster.ErrUnsupported},
+	{"unauthenticated", http.StatusUnauthorized, ErrUnauthenticated},
+	{"forbidden", http.StatusForbidden, ErrForbidden},
 }
 
 // Unwrap returns the cluster sentinel of the error's code, so that

@@ -68,7 +68,8 @@ type Config struct {
 	// RaftLog is the persistent-memory region of the Raft logs (cluster
 	// nodes only).
 	RaftLog RaftLog `toml:"raft_log"`
-	// Security is where a cluster node's TLS material is (security.go).
+	// Security is where a cluster node's TLS material is and how its API
+	// authenticates (security.go).
 	Security Security `toml:"security"`
 }
 
@@ -265,6 +266,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, c.Store.validate()...)
 	}
 	errs = append(errs, c.validateCluster()...)
+	errs = append(errs, c.validateSecurity()...)
 	return errors.Join(errs...)
 }
 

@@ -21,3 +21,16 @@ func TestSecurityDefaults(t *testing.T) {
 		t.Error("an unknown [security] key was accepted")
 	}
 }
+
+func TestSecurityAPIKeys(t *testing.T) {
+	c, err := Load(write(t, clusterFile+"[security]\nmetrics_public = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Security.MetricsPublic || c.Security.JoinTokenFile != "" {
+		t.Errorf("security %+v", c.Security)
+	}
+	if _, err := Load(write(t, clusterFile+"[security]\njoin_token_file = \"/t\"\n")); err == nil {
+		t.Error("join_token_file without cluster.join was accepted")
+	}
+}

@@ -56,6 +56,11 @@ type clusterParts struct {
 	// peers reads what a local replica cannot from the others, and serves
 	// the local replicas to them (peer_read.go).
 	peers *peerReads
+	// sec is the node's certificates and the API's tokens (security.go),
+	// nil with [security] insecure; client calls the other nodes' APIs with
+	// them.
+	sec    *nodeSecurity
+	client *api.Client
 }
 
 // startCluster starts a cluster node; on error everything opened so far is
@@ -72,16 +77,19 @@ func startCluster(cfg *config.Config, log *slog.Logger) (n *Node, err error) {
 	if err := os.MkdirAll(cfg.Node.DataDir, 0o700); err != nil {
 		return n, fmt.Errorf("node: data directory: %w", err)
 	}
-	if cp.security, err = loadSecurity(cfg, log); err != nil { // before joining: a node without material stays out
+	// A joining node gets its ID and its certificate first (join.go,
+	// join_tls.go); then the material must be there.
+	if cp.join, err = joinIfNew(cfg, log); err != nil {
 		return n, err
 	}
+	if cp.sec, err = loadSecurity(cfg, log); err != nil { // security.go
+		return n, err
+	}
+	cp.security, cp.client = cp.sec.pki(), cp.sec.client()
 	if cl := cfg.Cluster; cl.Join == "" && !cl.InitialClusterID.IsZero() {
 		if err := checkSecurityIdentity(cp.security, cl.NodeID, cl.InitialClusterID, cfg.Security.Dir); err != nil {
 			return n, err
 		}
-	}
-	if cp.join, err = joinIfNew(cfg, log); err != nil { // join.go: a new node gets its ID first
-		return n, err
 	}
 	if err := cp.openState(cfg, log); err != nil {
 		return n, err
@@ -286,10 +294,10 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 	}
 	src.Cluster = func() cluster.LocalStatus { return cp.cluster.Local() }
 	cp.metrics = metrics.New(src, clock.Real())
-	cp.peers = newPeerReads(replication.NodeID(cl.NodeID), log.With("part", "peer-read"))
+	cp.peers = newPeerReads(replication.NodeID(cl.NodeID), cp.client, log.With("part", "peer-read"))
 	cp.cluster, err = cluster.Start(cluster.Config{
 		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host, peers: cp.peers}, Replicas: replicas,
-		Target: t, Port: port, Forward: api.NewClient("").Forwarder(),
+		Target: t, Port: port, Forward: cp.client.Forwarder(),
 		Wrap: func(v *cluster.Volume, b backend.Backend) backend.Backend {
 			return cp.metrics.TrackVolume(v.Name, b)
 		},
@@ -298,7 +306,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		DownOutInterval: time.Duration(cl.DownOutInterval),
 		JoinMetadata:    cp.joinVoters(),
 		LeaderApplied: func(ctx context.Context, addr string) (uint64, error) {
-			l, err := api.NewClient("").At(addr).Local(ctx)
+			l, err := cp.client.At(addr).Local(ctx)
 			return l.Metadata.Applied, err
 		},
 		SetPeer: func(id cluster.NodeID, addr string) { cp.host.SetPeer(replication.NodeID(id), addr) },
@@ -315,7 +323,8 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 	}
 	cp.apiLn = ln
 	acfg := api.Config{Cluster: cp.cluster, Metrics: cp.metrics.Handler(), Logger: cp.log.With("part", "api"),
-		ClusterID: func() string { return cp.stamp.Cluster.String() }}
+		ClusterID: func() string { return cp.stamp.Cluster.String() },
+		Client:    cp.client, Security: cp.sec.api(cfg.Security)}
 	if cp.scrub != nil {
 		acfg.Scrub = func() *api.ScrubView { return scrubView(cp.scrub) }
 	}
@@ -326,10 +335,12 @@ func (cp *clusterParts) startAPI(cfg *config.Config, serveErr chan<- error) erro
 		acfg.PeerReads = cp.peers
 	}
 	h := api.NewServer(acfg)
-	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	cp.log.Info("API listening", "addr", ln.Addr().String())
+	cp.apiSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(cp.log.With("part", "api").Handler(), slog.LevelInfo)} // TLS handshake refusals
+	cp.log.Info("API listening", "addr", ln.Addr().String(), "https", cp.sec != nil)
+	srvLn := cp.sec.listen(ln)
 	go func() {
-		if err := cp.apiSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := cp.apiSrv.Serve(srvLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- err
 		}
 	}()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,11 +64,11 @@ size = "16MiB"
 		text += fmt.Sprintf("[store]\ndrives = [%q, %q, %q]\ndrive_size = \"64MiB\"\nbuffer = %q\nbuffer_size = \"16MiB\"\nchunk_size = \"16KiB\"\nsegment_stripes = 4\n",
 			filepath.Join(dir, "d0"), filepath.Join(dir, "d1"), filepath.Join(dir, "d2"), filepath.Join(dir, "wbuf"))
 	}
+	writeTestSecurity(t, filepath.Join(dir, "security"), clusterID, 1) // the default security.dir
 	p := filepath.Join(dir, "basaltd.toml")
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	writeSecurity(t, filepath.Join(dir, "security"), clusterID, 1)
 	cfg, err := config.Load(p)
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +86,7 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			client := api.NewClient(n.APIAddr().String())
+			client := adminClient(t, cfg, n.APIAddr().String())
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var v api.VolumeView
@@ -146,7 +145,7 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 				t.Fatalf("cluster after restart: %v %+v", err, st)
 			}
 			if withStore {
-				checkScrubWiring(t, ctx, client, dir, n.APIAddr().String())
+				checkScrubWiring(t, ctx, client, cfg, n.APIAddr().String())
 			}
 		})
 	}
@@ -155,9 +154,9 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 // checkScrubWiring: a store node runs its scrub schedule (the default
 // weekly one), keeps its state in the data directory, and shows it in
 // the node list and the metrics.
-func checkScrubWiring(t *testing.T, ctx context.Context, client *api.Client, dir, apiAddr string) {
+func checkScrubWiring(t *testing.T, ctx context.Context, client *api.Client, cfg *config.Config, apiAddr string) {
 	t.Helper()
-	if _, ok, err := (scrubStateFile{path: filepath.Join(dir, scrubStateName)}).LoadScrub(); !ok || err != nil {
+	if _, ok, err := (scrubStateFile{path: filepath.Join(cfg.Node.DataDir, scrubStateName)}).LoadScrub(); !ok || err != nil {
 		t.Errorf("scrub state in the data directory: ok %v err %v", ok, err)
 	}
 	nodes, err := client.Nodes(ctx)
@@ -168,7 +167,7 @@ func checkScrubWiring(t *testing.T, ctx context.Context, client *api.Client, dir
 	if !sc.Enabled || sc.Interval != "168h0m0s" || sc.RateBytesPerSecond != 64<<20 || sc.InProgress || sc.NextDue.IsZero() {
 		t.Errorf("scrub %+v, want the default schedule, the first pass due", sc)
 	}
-	resp, err := http.Get("http://" + apiAddr + "/metrics")
+	resp, err := adminGet(t, cfg, apiAddr, "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"basalt/pkg/api"
 	"basalt/pkg/config"
 	"basalt/pkg/identity"
 	"basalt/pkg/store"
@@ -108,7 +107,7 @@ func TestNodeDriveRoutes(t *testing.T) {
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := api.NewClient(n.APIAddr().String())
+	cl := adminClient(t, cfg, n.APIAddr().String())
 	v, err := cl.Drives(ctx)
 	if err != nil || len(v.Drives) != 3 || v.Drives[1].Path != cfg.Store.Drives[1] || v.Drives[1].State != "healthy" ||
 		v.Drives[1].Size != 64<<20 || v.Drives[1].UUID == "" || v.Rebuild.RateLimit != config.DefaultRebuildRate {

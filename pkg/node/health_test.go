@@ -26,7 +26,7 @@ func TestStoreDriveFailureReachesSMARTLog(t *testing.T) {
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := api.NewClient(n.APIAddr().String())
+	client := adminClient(t, cfg, n.APIAddr().String())
 	var v api.VolumeView
 	for {
 		v, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20, Hosts: []string{testHostNQN}})

@@ -36,7 +36,7 @@ func runOnce(t *testing.T, cfg *config.Config) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := api.NewClient(n.APIAddr().String())
+	client := adminClient(t, cfg, n.APIAddr().String())
 	for {
 		_, err = client.CreateVolume(ctx, api.CreateVolumeRequest{Name: "v", Size: 8 << 20})
 		if err == nil || ctx.Err() != nil {
@@ -251,7 +251,7 @@ func TestAdoptsStampsOfStateFromBeforeThem(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if v, err := api.NewClient(n.APIAddr().String()).Volume(ctx, "v"); err != nil || v.Name != "v" {
+		if v, err := adminClient(t, cfg, n.APIAddr().String()).Volume(ctx, "v"); err != nil || v.Name != "v" {
 			t.Errorf("volume after adoption: %+v %v", v, err)
 		}
 		if err := n.Shutdown(ctx); err != nil {

@@ -22,7 +22,9 @@ import (
 // metadata leader answers with OpJoinNode), and records the answer in
 // <data_dir>/cluster-join.json before anything else is written, so that a
 // start interrupted after it resumes with the same ID instead of asking for
-// another. The metadata leader then adds it to the metadata group as a
+// another (join_tls.go: in a secure cluster it is given the CA certificate
+// and an admin token, and gets its node certificate with the answer). The
+// metadata leader then adds it to the metadata group as a
 // learner and promotes it once it has caught up (pkg/cluster,
 // meta_members.go); the rebalancer moves replicas to it.
 
@@ -84,21 +86,27 @@ func joinIfNew(cfg *config.Config, log *slog.Logger) (*joinRecord, error) {
 // while the cluster has no leader.
 func askToJoin(cfg *config.Config, log *slog.Logger) (*joinRecord, error) {
 	cl := cfg.Cluster
+	ja, err := newJoinAuth(cfg)
+	if err != nil {
+		return nil, err
+	}
 	req := api.JoinRequest{Name: cfg.Node.Name, NVMeAddr: cfg.NVMe.Advertise, RaftAddr: cl.RaftListen,
-		APIAddr: cl.APIListen, Zone: cl.Zone}
+		APIAddr: cl.APIListen, Zone: cl.Zone, CSR: ja.csr()}
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout)
 	defer cancel()
-	client := api.NewClient(cl.Join)
 	for {
-		jv, err := client.JoinNode(ctx, req)
+		jv, err := ja.client.JoinNode(ctx, req)
 		if err == nil {
 			id, perr := identity.ParseClusterUUID(jv.ClusterID)
 			if perr != nil {
 				return nil, fmt.Errorf("node: the cluster at %s answered the join without a valid cluster UUID %q: %w",
 					cl.Join, jv.ClusterID, perr)
 			}
+			if err := ja.save(cfg, jv, id); err != nil { // its certificate, before anything else
+				return nil, err
+			}
 			log.Info("joined the cluster", "node", jv.Node.ID, "cluster", id, "via", cl.Join,
-				"metadata_voters", jv.MetadataVoters)
+				"metadata_voters", jv.MetadataVoters, "certificate", ja.keyPEM != nil)
 			return &joinRecord{NodeID: jv.Node.ID, ClusterID: id, Nodes: jv.Nodes, MetadataVoters: jv.MetadataVoters}, nil
 		}
 		var ae *api.Error

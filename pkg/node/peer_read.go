@@ -37,8 +37,8 @@ type peerReads struct {
 
 var _ api.PeerReads = (*peerReads)(nil)
 
-func newPeerReads(self replication.NodeID, log *slog.Logger) *peerReads {
-	return &peerReads{self: self, client: api.NewClient(""), log: log, vols: map[replication.GroupID]*volume.Volume{}}
+func newPeerReads(self replication.NodeID, client *api.Client, log *slog.Logger) *peerReads {
+	return &peerReads{self: self, client: client, log: log, vols: map[replication.GroupID]*volume.Volume{}}
 }
 
 // setCluster gives the node addresses; until then peer reads fail.

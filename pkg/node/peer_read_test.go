@@ -31,7 +31,7 @@ func TestPeerReadsServeTheVolumesTheReplicatorOpened(t *testing.T) {
 	if err := h.Start(); err != nil {
 		t.Fatal(err)
 	}
-	peers := newPeerReads(1, slog.New(slog.DiscardHandler))
+	peers := newPeerReads(1, api.NewClient(""), slog.New(slog.DiscardHandler))
 	r := raftReplicator{h: h, peers: peers}
 	local, err := backend.NewMemory(1<<20, 4096)
 	if err != nil {

@@ -134,6 +134,13 @@ type testCluster struct {
 	nodes      []*node
 	// clusterID is every node's initial_cluster_id.
 	clusterID identity.ClusterUUID
+	// secDir is what basaltd pki init wrote (security.go): each node's
+	// security directory, admin.json and reader.json.
+	secDir string
+	sec    *security
+	// clientOf overrides client for a node (an impostor's API, which is
+	// not under the cluster's CA).
+	clientOf map[int]*api.Client
 }
 
 // freePort returns a loopback address with a port free right now, never
@@ -148,8 +155,9 @@ func freePort(t *testing.T) string {
 func startCluster(t *testing.T, o opts) *testCluster {
 	t.Helper()
 	needProcesses(t)
-	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID()}
+	tc := &testCluster{t: t, o: o, dir: t.TempDir(), clusterID: identity.NewClusterUUID(), clientOf: map[int]*api.Client{}}
 	tc.placeRaftLogs()
+	tc.initSecurity()
 	for i := 1; i <= o.nodes; i++ {
 		n := &node{id: i, dir: filepath.Join(tc.dir, fmt.Sprintf("node%d", i)), nvme: freePort(t), api: freePort(t),
 			raft: freePort(t), proxiesTo: map[int]*proxy{}}
@@ -266,23 +274,15 @@ func (tc *testCluster) writeConfig(n *node) {
 	}
 }
 
-// security gives node id its TLS material under the cluster's CA (created
-// in the cluster's directory by the first call), in <dir>/security unless
-// there already is some (a test's own), and returns its [security] section.
+// security gives node id its material, copied from what basaltd pki init
+// wrote for it (credentials_test.go), into <dir>/security unless there
+// already is some (a test's own), and returns its [security] section,
+// which writeConfig puts last.
 func (tc *testCluster) security(id int, dir string) string {
 	tc.t.Helper()
-	caDir, sec := filepath.Join(tc.dir, "ca"), filepath.Join(dir, "security")
-	ca, err := pki.LoadCA(caDir)
-	if errors.Is(err, os.ErrNotExist) {
-		if ca, err = pki.NewCA(tc.clusterID.String()); err == nil {
-			err = ca.Save(caDir)
-		}
-	}
-	if err == nil && len(pki.MissingFiles(sec)) > 0 {
-		err = pki.InitNode(sec, ca, pki.Identity{Cluster: tc.clusterID.String(), Node: uint64(id)}, []string{"127.0.0.1"})
-	}
-	if err != nil {
-		tc.t.Fatal(err)
+	sec := filepath.Join(dir, "security")
+	if len(pki.MissingFiles(sec)) > 0 {
+		tc.copySecurity(id, sec)
 	}
 	return fmt.Sprintf("\n[security]\ndir = %q\n", sec)
 }
@@ -345,7 +345,13 @@ func (tc *testCluster) dumpLogs() {
 	}
 }
 
-func (tc *testCluster) client(n *node) *api.Client { return api.NewClient(n.api) }
+// client is a client of n's API with the admin credentials.
+func (tc *testCluster) client(n *node) *api.Client {
+	if c := tc.clientOf[n.id]; c != nil {
+		return c
+	}
+	return tc.sec.client(n.api, tc.sec.admin)
+}
 
 // up returns a node that is running.
 func (tc *testCluster) up() *node {

@@ -34,7 +34,9 @@ func (tc *testCluster) addNode(via *node) *node {
 			filepath.Join(n.dir, "d0"), filepath.Join(n.dir, "d1"), filepath.Join(n.dir, "d2"))
 	}
 	fmt.Fprintf(&b, "\n[raft_log]\npath = %q\nsize = \"64MiB\"\n", filepath.Join(tc.logDir, fmt.Sprintf("node%d.raft", id)))
-	b.WriteString(tc.security(id, n.dir)) // for the ID the cluster will give it, the next one
+	// No certificate: the cluster's CA certificate and an admin token, with
+	// which it gets its certificate from the cluster (pkg/node, join_tls.go).
+	fmt.Fprintf(&b, "\n[security]\njoin_token_file = %q\n", tc.joinSecurity(n))
 	if err := os.WriteFile(n.cfg, []byte(b.String()), 0o600); err != nil {
 		tc.t.Fatal(err)
 	}

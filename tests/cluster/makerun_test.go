@@ -3,6 +3,8 @@ package cluster_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"basalt/pkg/api"
+	"basalt/pkg/auth"
 	"basalt/pkg/nvme/host"
 )
 
@@ -77,7 +80,29 @@ func TestMakeRunOutlivesANode(t *testing.T) {
 		}
 	}
 
-	client := api.NewClient(fmt.Sprintf("127.0.0.1:%d", apiPort))
+	// The API is HTTPS with the tokens pki init drew: run.sh says where
+	// the admin credentials are, and never prints a token.
+	credFile := filepath.Join(runDir, "security", "admin.json")
+	waitOutput(t, out, "export BASALT_CREDENTIALS="+credFile, time.Second)
+	creds, err := auth.ReadCredentials(credFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := auth.ReadCredentials(filepath.Join(runDir, "security", "reader.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), creds.Token) || strings.Contains(out.String(), reader.Token) {
+		t.Error("run.sh printed a token")
+	}
+	caPEM, err := os.ReadFile(creds.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	client := api.NewTLSClient(fmt.Sprintf("127.0.0.1:%d", apiPort), &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool},
+		creds.Token)
 	v := volumeView(t, client, "vol1")
 	noSecret, err := host.Dial(context.Background(), fmt.Sprintf("127.0.0.1:%d", nvmePort), host.Options{
 		SubNQN: v.NQN, HostNQN: hostNQN, KATO: 2 * time.Second, DialTimeout: 2 * time.Second})

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -51,7 +50,7 @@ func TestBlockLostBeyondParityIsReadFromAPeer(t *testing.T) {
 		return off >= 0
 	})
 	time.Sleep(time.Second) // the destaged version replaces the staged one in the store's overlay
-	if n := peerRepairs(t, leader, "peer"); n != 0 {
+	if n := peerRepairs(t, tc, leader, "peer"); n != 0 {
 		t.Fatalf("peer repairs before any loss: %d", n)
 	}
 	garbage := make([]byte, 4096)
@@ -68,7 +67,7 @@ func TestBlockLostBeyondParityIsReadFromAPeer(t *testing.T) {
 	if !bytes.Equal(got, block(target, 1)) {
 		t.Fatal("the block read back is not the one written")
 	}
-	repairs := peerRepairs(t, leader, "peer")
+	repairs := peerRepairs(t, tc, leader, "peer")
 	if repairs < 1 {
 		t.Fatal("the read was not counted as served by a peer: was the block still in the overlay?")
 	}
@@ -83,12 +82,12 @@ func TestBlockLostBeyondParityIsReadFromAPeer(t *testing.T) {
 			t.Fatalf("block %d does not read back as written", lba)
 		}
 	}
-	repairs = peerRepairs(t, leader, "peer")
+	repairs = peerRepairs(t, tc, leader, "peer")
 	time.Sleep(time.Second) // the repairs commit and apply
 	if err := mp.Read(ctx, 1, target, got); err != nil || !bytes.Equal(got, block(target, 1)) {
 		t.Fatalf("reading the block again: %v", err)
 	}
-	if n := peerRepairs(t, leader, "peer"); n != repairs {
+	if n := peerRepairs(t, tc, leader, "peer"); n != repairs {
 		t.Fatalf("the read after the repair went to a peer again (%d peer reads, %d before)", n, repairs)
 	}
 	t.Logf("%d reads served by a peer", repairs)
@@ -141,9 +140,9 @@ func writeAt(t *testing.T, path string, b []byte, off int64) {
 }
 
 // peerRepairs scrapes n's basalt_volume_peer_repairs_total for volume.
-func peerRepairs(t *testing.T, n *node, volume string) int {
+func peerRepairs(t *testing.T, tc *testCluster, n *node, volume string) int {
 	t.Helper()
-	resp, err := http.Get("http://" + n.api + "/metrics")
+	resp, err := tc.sec.get(n.api, "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"basalt/pkg/api"
 	"basalt/pkg/cluster"
 	"basalt/pkg/pki"
 )
@@ -39,9 +42,15 @@ func TestImpostorNodeCannotSendRaftTraffic(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+		// Its API is HTTPS under the other CA: the test asks it trusting that.
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(foreign.CertPEM())
+		tc.clientOf[n3.id] = api.NewTLSClient(n3.api, &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool},
+			tc.sec.admin.Token)
 		tc.checkImpostorRefused(n3, n1, n2)
 	})
 	t.Run("plain TCP", func(t *testing.T) {
+		tc.clientOf[n3.id] = api.NewClient(n3.api) // insecure: its API is plain HTTP too
 		tc.replaceByImpostor(n3, func(string) {
 			f, err := os.OpenFile(n3.cfg, os.O_APPEND|os.O_WRONLY, 0)
 			if err != nil {
@@ -79,7 +88,16 @@ func (tc *testCluster) replaceByImpostor(n *node, give func(securityDir string))
 	if err := os.WriteFile(n.cfg, cfg, 0o600); err != nil {
 		tc.t.Fatal(err)
 	}
-	give(filepath.Join(n.dir, "security"))
+	sec := filepath.Join(n.dir, "security")
+	give(sec)
+	// The API's tokens, which a node with TLS material needs too.
+	if b, err := os.ReadFile(filepath.Join(tc.secDir, "tokens.json")); err != nil {
+		tc.t.Fatal(err)
+	} else if err := os.MkdirAll(sec, 0o700); err != nil {
+		tc.t.Fatal(err)
+	} else if err := os.WriteFile(filepath.Join(sec, "tokens.json"), b, 0o600); err != nil {
+		tc.t.Fatal(err)
+	}
 	tc.start(n)
 }
 

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"basalt/pkg/api"
+	"basalt/pkg/auth"
 	"basalt/pkg/cluster"
 	"basalt/pkg/identity"
 )
@@ -27,6 +30,11 @@ type kcluster struct {
 	nodes []*knode
 	// clusterID is every node's initial_cluster_id.
 	clusterID identity.ClusterUUID
+	// secDir is what basaltd pki init wrote: a security directory per
+	// node, admin.json; client uses its CA and admin token.
+	secDir   string
+	apiTLS   *tls.Config
+	apiToken string
 }
 
 // knode is one basaltd process. start after kill reuses ports, config and
@@ -37,7 +45,7 @@ type knode struct {
 	dir      string
 	cfg, log string
 	nvmePort int
-	api      string // host:port of the HTTP API
+	api      string // host:port of the HTTPS API
 	raft     string
 
 	mu       sync.Mutex
@@ -52,6 +60,7 @@ func startKCluster(t *testing.T, n int) *kcluster {
 	t.Helper()
 	kc := &kcluster{t: t, bin: basaltdBinary(t), clusterID: identity.NewClusterUUID()}
 	dir := t.TempDir()
+	kc.initSecurity(filepath.Join(dir, "security"), n)
 	for i := 1; i <= n; i++ {
 		nd := &knode{id: i, dir: filepath.Join(dir, fmt.Sprintf("node%d", i)), nvmePort: freePort(t),
 			api: fmt.Sprintf("127.0.0.1:%d", freePort(t)), raft: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
@@ -93,6 +102,7 @@ func (kc *kcluster) config(nd *knode) string {
 	fmt.Fprintf(&b, "[log]\nlevel = \"info\"\n\n")
 	fmt.Fprintf(&b, "[cluster]\nnode_id = %d\nraft_listen = %q\napi_listen = %q\nbootstrap = true\ninitial_cluster_id = %q\n",
 		nd.id, nd.raft, nd.api, kc.clusterID)
+	fmt.Fprintf(&b, "[security]\ndir = %q\n\n", filepath.Join(kc.secDir, fmt.Sprintf("node%d", nd.id)))
 	for _, p := range kc.nodes {
 		fmt.Fprintf(&b, "  [[cluster.peer]]\n  id = %d\n  name = \"node%d\"\n  raft = %q\n  nvme = \"10.0.2.2:%d\"\n  api = %q\n",
 			p.id, p.id, p.raft, p.nvmePort, p.api)
@@ -173,7 +183,37 @@ func (nd *knode) running() bool {
 	return nd.cmd != nil
 }
 
-func (kc *kcluster) client(nd *knode) *api.Client { return api.NewClient(nd.api) }
+// client is a client of nd's API with the admin credentials.
+func (kc *kcluster) client(nd *knode) *api.Client {
+	return api.NewTLSClient(nd.api, kc.apiTLS, kc.apiToken)
+}
+
+// initSecurity runs basaltd pki init for n nodes into dir, as make run
+// does, and reads the admin credentials.
+func (kc *kcluster) initSecurity(dir string, n int) {
+	kc.t.Helper()
+	var ids []string
+	for i := 1; i <= n; i++ {
+		ids = append(ids, fmt.Sprint(i))
+	}
+	out, err := exec.Command(kc.bin, "pki", "init", "--dir", dir, "--cluster-id", kc.clusterID.String(),
+		"--nodes", strings.Join(ids, ","), "--hosts", "127.0.0.1,localhost").CombinedOutput()
+	if err != nil {
+		kc.t.Fatalf("basaltd pki init: %v\n%s", err, out)
+	}
+	creds, err := auth.ReadCredentials(filepath.Join(dir, "admin.json"))
+	if err != nil {
+		kc.t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(creds.CAFile)
+	if err != nil {
+		kc.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	kc.secDir, kc.apiToken = dir, creds.Token
+	kc.apiTLS = &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool}
+}
 
 // up returns a running node other than the excluded ones.
 func (kc *kcluster) up(except ...*knode) *knode {

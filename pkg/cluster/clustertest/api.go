@@ -32,11 +32,15 @@ type APINode struct {
 	Scrub atomic.Pointer[api.ScrubView]
 }
 
-// APICluster is n in-process nodes on a Net, each with its HTTP API.
+// APICluster is n in-process nodes on a Net, each with its HTTP API,
+// served as basaltd serves it: over HTTPS with a node certificate of the
+// cluster's CA, with tokens (api.Security; security.go).
 type APICluster struct {
 	t     testing.TB
 	Net   *Net
 	Nodes []*APINode
+	// Sec is the cluster's CA, node certificates and tokens.
+	Sec *TestSecurity
 	// Logs holds what every node's cluster, metadata machine and API
 	// logged, at debug level (tests check it for what must never be
 	// logged).
@@ -86,17 +90,19 @@ func (s *swapHandler) set(h http.Handler) {
 // are registered. Node 1 leads the metadata. Changes time out after
 // timeout. Everything stops at the end of the test.
 func NewAPICluster(t testing.TB, n int, timeout time.Duration) *APICluster {
-	ac := &APICluster{t: t, Net: NewNet()}
+	ac := &APICluster{t: t, Net: NewNet(), Sec: NewTestSecurity(t, n)}
 	var peers []cluster.Node
 	var handlers []*swapHandler
 	for i := 1; i <= n; i++ {
 		h := &swapHandler{h: http.NotFoundHandler()}
-		srv := httptest.NewServer(h)
+		srv := httptest.NewUnstartedServer(h)
+		srv.TLS = ac.Sec.Nodes[i-1].ServerTLS(false)
+		srv.StartTLS()
 		t.Cleanup(srv.Close)
 		handlers = append(handlers, h)
 		id := cluster.NodeID(i)
 		peers = append(peers, cluster.Node{ID: id, Name: id.String(), NVMeAddr: fmt.Sprintf("127.0.0.1:%d", 4419+i),
-			RaftAddr: fmt.Sprintf("127.0.0.1:%d", 9519+i), APIAddr: strings.TrimPrefix(srv.URL, "http://")})
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", 9519+i), APIAddr: strings.TrimPrefix(srv.URL, "https://")})
 		ac.Nodes = append(ac.Nodes, &APINode{ID: id, Server: srv})
 	}
 	for i, an := range ac.Nodes {
@@ -125,7 +131,7 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := api.NewClient("")
+	client := api.NewTLSClient("", ac.Sec.Nodes[an.ID-1].ClientTLS(), "")
 	var c *cluster.Cluster
 	reg := metrics.New(metrics.Sources{Target: tgt.Stats, Cluster: func() cluster.LocalStatus { return c.Local() }}, nil)
 	c, err = cluster.Start(cluster.Config{
@@ -140,7 +146,7 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 	}
 	an.Cluster, an.Target, an.Metrics = c, tgt, reg
 	h.set(api.NewServer(api.Config{Cluster: c, Metrics: reg.Handler(), Client: client, RequestTimeout: timeout,
-		Scrub: an.Scrub.Load, Logger: log}))
+		Scrub: an.Scrub.Load, Logger: log, Security: ac.Sec.API(an.ID)}))
 	t.Cleanup(func() { _ = c.Close(); _ = tgt.Close() })
 }
 
@@ -157,5 +163,25 @@ func (ac *APICluster) Eventually(what string, cond func() bool) {
 	}
 }
 
-// Client returns a client of node i's API (0-based).
-func (ac *APICluster) Client(i int) *api.Client { return api.NewClient(ac.Nodes[i].Server.URL) }
+// Client returns a client of node i's API (0-based) with the admin token.
+func (ac *APICluster) Client(i int) *api.Client {
+	return api.NewTLSClient(ac.Nodes[i].Server.URL, ac.Sec.UserTLS(), ac.Sec.AdminToken)
+}
+
+// Do sends req with the admin token (unless it has an Authorization
+// header) over a client that verifies the nodes against the cluster CA.
+func (ac *APICluster) Do(req *http.Request) (*http.Response, error) {
+	if req.Header.Get("Authorization") == "" {
+		req.Header.Set("Authorization", "Bearer "+ac.Sec.AdminToken)
+	}
+	return api.NewTLSClient("", ac.Sec.UserTLS(), "").HTTP.Do(req)
+}
+
+// Get GETs url with the admin token (Do).
+func (ac *APICluster) Get(url string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ac.Do(req)
+}

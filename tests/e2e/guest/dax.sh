@@ -16,10 +16,11 @@
 # /dev/pmem0 comes back in fsdax mode, a few MiB smaller.
 
 DAXMNT=/mnt/pmem
-API=http://127.0.0.1:9420
+API=https://127.0.0.1:9420
 NVME_PORT=4420
+SEC=/tmp/basalt-security # basaltd pki init writes it once (write_config)
 
-ctl() { basaltctl --api "$API" "$@"; }
+ctl() { BASALT_CREDENTIALS=$SEC/admin.json basaltctl --api "$API" "$@"; }
 
 # die, as lib.sh's, after the end of the last basaltd's log.
 die() {
@@ -59,6 +60,8 @@ persist_bench() {
 # write_config PERSIST: basaltd.toml for the one-node cluster, its state on
 # the DAX mount, raft_log.persist = PERSIST.
 write_config() {
+	[ -s "$SEC/ca.crt" ] || basaltd pki init --dir "$SEC" --cluster-id "$CLUSTER_ID" --nodes 1 --hosts 127.0.0.1 >/dev/null ||
+		die "basaltd pki init"
 	cat >/tmp/basaltd.toml <<EOF
 [node]
 name = "node1"
@@ -77,6 +80,10 @@ raft_listen = "127.0.0.1:9520"
 api_listen = "127.0.0.1:9420"
 bootstrap = true
 initial_cluster_id = "$CLUSTER_ID"
+
+[security]
+dir = "$SEC/node1"
+
   [[cluster.peer]]
   id = 1
   name = "node1"
