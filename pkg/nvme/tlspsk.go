@@ -60,7 +60,9 @@ type ConfiguredPSK struct {
 }
 
 // String hides the key.
-func (c ConfiguredPSK) String() string { return fmt.Sprintf("ConfiguredPSK(hh=%02d, %d bytes)", c.Hash, len(c.Key)) }
+func (c ConfiguredPSK) String() string {
+	return fmt.Sprintf("ConfiguredPSK(hh=%02d, %d bytes)", c.Hash, len(c.Key))
+}
 
 const tlsPSKPrefix = "NVMeTLSkey-1:"
 
