@@ -108,10 +108,23 @@ func (l *Listener) serveSecure(conn net.Conn, host netip.Addr) {
 }
 
 // secure decides between TLS and plain NVMe/TCP and runs the handshake,
-// all within the handshake timeout.
+// all within the handshake timeout (on the Listener's clock: when it
+// fires first, the connection is closed and the step fails).
 func (l *Listener) secure(conn net.Conn) (net.Conn, target.SecureChannel, error) {
-	conn.SetDeadline(time.Now().Add(l.opts.TLSHandshakeTimeout))
-	defer conn.SetDeadline(time.Time{})
+	timer := l.opts.Clock.NewTimer(l.opts.TLSHandshakeTimeout)
+	finished := make(chan struct{})
+	defer func() {
+		timer.Stop()
+		close(finished)
+	}()
+	raw := conn
+	go func() {
+		select {
+		case <-timer.C():
+			raw.Close()
+		case <-finished:
+		}
+	}()
 	if l.tls.mode == target.TLSOptional {
 		first, c, err := peekByte(conn)
 		if err != nil {
