@@ -178,8 +178,8 @@ func (t *Target) discoveryEntriesLocked(hostNQN string) []discoveryEntry {
 // discoveryLogPart returns bytes [off, off+n) of hostNQN's discovery log
 // page (fewer where the log ends first; nil when off is at or past its
 // end) and the log's size. The page is the header (GENCTR, NUMREC, RECFMT
-// 0) and the entries (TRTYPE TCP, SUBTYPE NVM subsystem, TREQ 0, dynamic
-// CNTLID, ASQSZ 32, SECTYPE none), 1 KiB each; only the records that
+// 0) and the entries (TRTYPE TCP, SUBTYPE NVM subsystem, TREQ, dynamic
+// CNTLID, ASQSZ 32, SECTYPE: see discoveryLogEntry), 1 KiB each; only the records that
 // overlap the range are encoded, so a host that reads a log of thousands
 // of entries in 4 KiB pieces (nvme-cli does) pays for listing the entries,
 // not for encoding the whole log, per piece. GENCTR and the entries are
@@ -212,12 +212,18 @@ func (t *Target) discoveryLogPart(hostNQN string, off, n uint64) (part []byte, s
 // discoveryLogEntry is the log entry of de.
 func discoveryLogEntry(de discoveryEntry) nvme.DiscoveryLogEntry {
 	p := de.port
+	// TREQ 0 and SECTYPE none unless the port requires TLS: libnvme < 1.7
+	// turns TLS on for TREQ 1 or 2, and a kernel without NVMe/TCP TLS
+	// (Debian 12's) then fails the connect. A port that requires TLS
+	// cannot serve such a host anyway.
+	treq, sectype := uint8(nvme.TREQNotSpecified), uint8(nvme.SECTYPENone)
+	if p.TLS == TLSRequired {
+		treq, sectype = nvme.TREQSecureChannelRequired, nvme.SECTYPETLS13
+	}
 	return nvme.DiscoveryLogEntry{
 		TRTYPE: nvme.TransportTypeTCP, ADRFAM: p.ADRFAM, SUBTYPE: nvme.SubtypeNVM,
-		// TREQ 0: libnvme < 1.7 turns TLS on for TREQ 1 or 2, and a
-		// kernel without NVMe/TCP TLS (Debian 12's) then fails the connect.
-		TREQ: nvme.TREQNotSpecified, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
+		TREQ: treq, PORTID: p.ID, CNTLID: nvme.CNTLIDDynamic,
 		ASQSZ: nvme.DiscoveryASQSZ, TRSVCID: p.TRSVCID, SUBNQN: de.nqn,
-		TRADDR: p.TRADDR, SECTYPE: nvme.SECTYPENone,
+		TRADDR: p.TRADDR, SECTYPE: sectype,
 	}
 }

@@ -87,6 +87,9 @@ func executeConnect(r *Request) {
 		return
 	}
 	d := nvme.DecodeConnectData(data)
+	if !sq.t.checkSecureChannel(r, &d) {
+		return
+	}
 	if cmd.QID == 0 {
 		sq.t.connectAdmin(r, cmd, &d)
 	} else {

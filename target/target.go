@@ -295,6 +295,9 @@ type PortConfig struct {
 	TRADDR, TRSVCID string
 	// ADRFAM is 1 (IPv4) or 2 (IPv6); 0 derives it from TRADDR.
 	ADRFAM uint8
+	// TLS is what the port offers of the TLS secure channel; the
+	// discovery log tells hosts when it is required.
+	TLS TLSMode
 }
 
 func (pc *PortConfig) normalize() error {

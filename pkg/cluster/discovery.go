@@ -39,7 +39,11 @@ func nodePorts(nodes []Node) map[NodeID]target.PortConfig {
 		if err != nil || host == "" || port == "" {
 			continue
 		}
-		out[n.ID] = target.PortConfig{ID: uint16(n.ID), TRADDR: host, TRSVCID: port}
+		tls, err := target.ParseTLSMode(n.NVMeTLS)
+		if err != nil {
+			tls = target.TLSRequired // a mode this node does not know: do not tell hosts it is plain
+		}
+		out[n.ID] = target.PortConfig{ID: uint16(n.ID), TRADDR: host, TRSVCID: port, TLS: tls}
 	}
 	return out
 }

@@ -94,6 +94,9 @@ type Node struct {
 	Name string `json:"name"`
 	// NVMeAddr is the advertised NVMe/TCP address (host:port).
 	NVMeAddr string `json:"nvme_addr"`
+	// NVMeTLS is the port's TLS mode ("optional", "required", "none";
+	// empty: optional), for the discovery log entries of other nodes.
+	NVMeTLS  string `json:"nvme_tls,omitempty"`
 	RaftAddr string `json:"raft_addr"`
 	APIAddr  string `json:"api_addr"`
 	// State is the administrative state (NodeActive, NodeMaintenance,

@@ -11,6 +11,7 @@
 //	advertise = "10.0.2.2:4420"    # address hosts are told to use (discovery log)
 //	port_id = 1
 //	discovery_listen = ""          # optional extra discovery-only listener (":8009")
+//	tls = "optional"               # TLS 1.3 PSK secure channel: "optional", "required" or "none"
 //	max_connections = 4096         # limits (nvme.go); these are the defaults
 //	max_connections_per_host = 1024
 //	icreq_timeout = "10s"
@@ -103,6 +104,11 @@ type NVMe struct {
 	PortID uint16 `toml:"port_id"`
 	// DiscoveryListen optionally binds a second listener (usually :8009).
 	DiscoveryListen string `toml:"discovery_listen"`
+	// TLS is what the port offers of the NVMe/TCP secure channel (TLS 1.3
+	// with a host's PSK): "optional" (TLS and plain connections),
+	// "required" (plain connections are refused; the discovery log says
+	// so) or "none". Default "optional".
+	TLS string `toml:"tls"`
 	// CNTLIDMin and CNTLIDMax bound the controller IDs this node hands out;
 	// nodes of one cluster use disjoint ranges. Default 1..0xFFEF; in a
 	// cluster the node's slot of 0x3FF IDs (CNTLIDRange).
@@ -112,6 +118,13 @@ type NVMe struct {
 	// defaults and ranges; the transport's tcp.Limits and Options).
 	NVMeLimits
 }
+
+// The values of nvme.tls.
+const (
+	TLSOptional = "optional"
+	TLSRequired = "required"
+	TLSNone     = "none"
+)
 
 // Subsystem is one NVM subsystem.
 type Subsystem struct {
@@ -218,6 +231,9 @@ func (c *Config) EnsureDefaults() {
 	if c.NVMe.PortID == 0 {
 		c.NVMe.PortID = 1
 	}
+	if c.NVMe.TLS == "" {
+		c.NVMe.TLS = TLSOptional
+	}
 	if c.NVMe.CNTLIDMin == 0 {
 		c.NVMe.CNTLIDMin = 1
 	}
@@ -256,6 +272,11 @@ func (c *Config) Validate() error {
 	}
 	if c.NVMe.CNTLIDMin > c.NVMe.CNTLIDMax || c.NVMe.CNTLIDMax > 0xFFEF {
 		errs = append(errs, fmt.Errorf("nvme.cntlid_min/max %d..%d: want 1 <= min <= max <= 65519", c.NVMe.CNTLIDMin, c.NVMe.CNTLIDMax))
+	}
+	switch c.NVMe.TLS {
+	case TLSOptional, TLSRequired, TLSNone:
+	default:
+		errs = append(errs, fmt.Errorf("nvme.tls %q: want %q, %q or %q", c.NVMe.TLS, TLSOptional, TLSRequired, TLSNone))
 	}
 	errs = append(errs, c.NVMe.NVMeLimits.validate()...)
 	seen := map[string]bool{}

@@ -280,6 +280,7 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 		n := cluster.Node{ID: cluster.NodeID(p.ID), Name: p.Name, NVMeAddr: p.NVMe, RaftAddr: p.Raft, APIAddr: p.API}
 		if p.ID == cl.NodeID {
 			n.NVMeAddr, n.Name, n.Zone = cfg.NVMe.Advertise, cfg.Node.Name, cl.Zone
+			n.NVMeTLS = cfg.NVMe.TLS
 			if cp.store != nil {
 				n.Capacity = cp.store.Stats().CapacityBytes
 			}

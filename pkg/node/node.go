@@ -162,7 +162,11 @@ func (n *Node) addPort() (*target.Port, error) {
 	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
 		fam = nvme.AddressFamilyIPv6
 	}
-	p, err := n.target.AddPort(target.PortConfig{ID: n.cfg.NVMe.PortID, TRADDR: host, TRSVCID: portStr, ADRFAM: fam})
+	mode, err := target.ParseTLSMode(n.cfg.NVMe.TLS)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	p, err := n.target.AddPort(target.PortConfig{ID: n.cfg.NVMe.PortID, TRADDR: host, TRSVCID: portStr, ADRFAM: fam, TLS: mode})
 	if err != nil {
 		return nil, fmt.Errorf("node: port: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,9 +33,13 @@ type Listener struct {
 	inShutdown atomic.Bool
 	done       chan struct{} // closed when shutting down; stops accept back-off
 	doneOnce   sync.Once
+	tls        *tlsPort // nil: the port offers no TLS
 	mu         struct {
 		sync.Mutex
 		conns map[*queue]struct{}
+		// pending are connections in their TLS handshake (or waiting
+		// for their first byte), before they have a queue.
+		pending map[net.Conn]struct{}
 	}
 	conns sync.WaitGroup // one per connection goroutine
 	wdRun sync.WaitGroup // the watchdog goroutine (Serve starts it)
@@ -46,7 +51,14 @@ func Listen(t *target.Target, port *target.Port, addr string, opts Options) (*Li
 	if t == nil || port == nil {
 		return nil, fmt.Errorf("%w: nil target or port", ErrInvalidOptions)
 	}
-	return listen(addr, func(ops target.QueueOps) queueCore { return t.NewSQ(ops, port) }, opts)
+	l, err := listen(addr, func(ops target.QueueOps) queueCore { return t.NewSQ(ops, port) }, opts)
+	if err != nil {
+		return nil, err
+	}
+	if mode := port.Config().TLS; mode != target.TLSNone {
+		l.tls = newTLSPort(mode, targetPSKs(t))
+	}
+	return l, nil
 }
 
 func listen(addr string, newCore coreFactory, opts Options) (*Listener, error) {
@@ -66,6 +78,7 @@ func newListener(ln net.Listener, newCore coreFactory, opts Options) *Listener {
 	l := &Listener{ln: ln, opts: opts, newCore: newCore, done: make(chan struct{})}
 	l.wd = newWatchdog(opts.Clock, l.done)
 	l.mu.conns = make(map[*queue]struct{})
+	l.mu.pending = make(map[net.Conn]struct{})
 	return l
 }
 
@@ -138,7 +151,17 @@ func (l *Listener) serveConn(conn net.Conn) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true) // PDUs are latency-bound; the sender batches itself
 	}
-	q := newQueue(conn, l.newCore, &l.opts, l.wd)
+	if l.tls != nil {
+		l.serveSecure(conn, host)
+		return
+	}
+	l.startQueue(conn, target.SecureChannel{}, host)
+}
+
+// startQueue gives an admitted connection its queue and goroutine.
+func (l *Listener) startQueue(conn net.Conn, sc target.SecureChannel, host netip.Addr) {
+	b := l.opts.Budget
+	q := newSecureQueue(conn, sc, l.newCore, &l.opts, l.wd)
 	l.mu.Lock()
 	if l.inShutdown.Load() {
 		l.mu.Unlock()
@@ -185,6 +208,9 @@ func (l *Listener) Shutdown(ctx context.Context) error {
 	for q := range l.mu.conns {
 		q.shutdownRead()
 	}
+	for c := range l.mu.pending {
+		c.Close() // nothing was received from it yet
+	}
 	l.mu.Unlock()
 	finished := make(chan struct{})
 	go func() {
@@ -229,5 +255,8 @@ func (l *Listener) closeConns() {
 	defer l.mu.Unlock()
 	for q := range l.mu.conns {
 		q.forceClose(ErrServerClosed)
+	}
+	for c := range l.mu.pending {
+		c.Close()
 	}
 }

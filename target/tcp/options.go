@@ -91,6 +91,10 @@ type Options struct {
 	// pointing at ICReq DGST. By default both digests are allowed.
 	DisableHeaderDigest bool
 	DisableDataDigest   bool
+	// TLSHandshakeTimeout bounds a connection's TLS handshake on a port
+	// that offers TLS (and, in mode optional, the wait for its first
+	// byte). Default DefaultTLSHandshakeTimeout.
+	TLSHandshakeTimeout time.Duration
 	// DisableC2HSuccess stops the transport from ending reads with a
 	// C2HData PDU carrying the SUCCESS flag (used only on queues whose
 	// Connect disabled SQ flow control).
@@ -113,6 +117,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.C2HDataSize == 0 {
 		o.C2HDataSize = DefaultC2HDataSize
+	}
+	if o.TLSHandshakeTimeout == 0 {
+		o.TLSHandshakeTimeout = DefaultTLSHandshakeTimeout
 	}
 	if o.ICReqTimeout == 0 {
 		o.ICReqTimeout = DefaultICReqTimeout

@@ -85,6 +85,7 @@ var (
 // goroutine besides the receiver (the Listener's watchdog times it out).
 type queue struct {
 	conn   net.Conn
+	secure target.SecureChannel // set before the core queue exists; read-only
 	core   queueCore
 	opts   *Options
 	log    *slog.Logger
@@ -191,8 +192,14 @@ type readWait struct {
 // newQueue wraps an accepted connection. It allocates only what a
 // connection without an ICReq needs; start allocates the rest.
 func newQueue(conn net.Conn, newCore coreFactory, opts *Options, wd *watchdog) *queue {
+	return newSecureQueue(conn, target.SecureChannel{}, newCore, opts, wd)
+}
+
+// newSecureQueue is newQueue for a connection with a secure channel.
+func newSecureQueue(conn net.Conn, sc target.SecureChannel, newCore coreFactory, opts *Options, wd *watchdog) *queue {
 	q := &queue{
 		conn:    conn,
+		secure:  sc,
 		opts:    opts,
 		remote:  conn.RemoteAddr().String(),
 		host:    hostOf(conn),

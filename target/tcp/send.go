@@ -343,7 +343,7 @@ func (w *sender) header(n int) []byte {
 func (w *sender) flush() {
 	if len(w.iov) > 0 && !w.dead {
 		w.writes++
-		if _, err := w.iov.WriteTo(w.q.conn); err != nil {
+		if _, err := writeBuffers(w.q.conn, &w.iov); err != nil {
 			w.dead = true
 			w.q.log.Debug("nvme/tcp: write failed", "err", err)
 			w.q.conn.Close()
