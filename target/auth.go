@@ -91,6 +91,9 @@ type ctrlAuth struct {
 // subNQN (every candidate set for the discovery subsystem). configured
 // reports whether any set has a host secret; creds holds those that parse.
 func (t *Target) dhchapCredentials(subNQN, hostNQN string) (creds []dhchap.Credentials, configured bool) {
+	if subNQN == nvme.DiscoveryNQN && !t.cfg.DiscoveryAuth {
+		return nil, false
+	}
 	for _, sec := range t.HostSecrets(subNQN, hostNQN) {
 		if sec.DHCHAPKey == "" {
 			continue

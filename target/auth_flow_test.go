@@ -112,6 +112,7 @@ func TestAuthReauthentication(t *testing.T) {
 
 func TestAuthDiscovery(t *testing.T) {
 	env := newAuthEnv(t, true)
+	env.tgt.cfg.DiscoveryAuth = true
 	// A second subsystem where host A has another secret.
 	other := newSecret(t, 0)
 	if _, err := env.tgt.AddSubsystem(SubsystemConfig{NQN: testSubNQN + "2", Hosts: []string{testHostNQN},
@@ -143,6 +144,17 @@ func TestAuthDiscovery(t *testing.T) {
 	// A host without secrets discovers without authentication.
 	b := env.connectAdmin(nvme.DiscoveryNQN, testHostB, env.ports[0], 0)
 	b.admin.mustDo(t, getLogCmd(nvme.LogDiscovery, 0, true, 0, 1024, 0), nil)
+
+	// Without DiscoveryAuth (the default) the discovery controller asks
+	// for no authentication, as nvmet: nvme-cli's discover does not give
+	// it the host's secret.
+	env.tgt.cfg.DiscoveryAuth = false
+	q = newFakeQueue(env.tgt, env.ports[0])
+	if cpl, _ := q.mustDo(t, connectCmd(0, 31, 0, 0), connectData(nvme.CNTLIDDynamic, nvme.DiscoveryNQN, testHostNQN)); cpl.DW0&nvme.ConnectAuthReqATR != 0 {
+		t.Fatalf("discovery Connect DW0 %#x without DiscoveryAuth", cpl.DW0)
+	}
+	q.mustDo(t, propSetCmd(nvme.PropCC, 0x00460001), nil)
+	q.mustDo(t, getLogCmd(nvme.LogDiscovery, 0, true, 0, 1024, 0), nil)
 }
 
 // connectRaw connects host A's admin queue without authenticating.

@@ -77,6 +77,9 @@ func secureChannelOf(ops QueueOps) SecureChannel {
 // may go on.
 func (t *Target) checkSecureChannel(r *Request, d *nvme.ConnectData) bool {
 	sc := secureChannelOf(r.sq.ops)
+	if !sc.TLS && d.SubNQN == nvme.DiscoveryNQN && !t.cfg.DiscoveryAuth {
+		return true
+	}
 	if !sc.TLS {
 		for _, sec := range t.HostSecrets(d.SubNQN, d.HostNQN) {
 			if sec.TLSPSK != "" {

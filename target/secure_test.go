@@ -25,6 +25,7 @@ const testTLSPSK = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf
 
 func TestConnectSecureChannelRules(t *testing.T) {
 	env := newEnv(t)
+	env.tgt.cfg.DiscoveryAuth = true
 	env.sub.SetHostSecrets(testHostNQN, HostSecrets{TLSPSK: testTLSPSK})
 	cases := []struct {
 		name   string
@@ -53,9 +54,14 @@ func TestConnectSecureChannelRules(t *testing.T) {
 			}
 		})
 	}
+	// Without DiscoveryAuth (the default) the discovery controller takes
+	// a plain connection from a host with a PSK, as nvmet.
+	env.tgt.cfg.DiscoveryAuth = false
+	q := newFakeQueue(env.tgt, env.ports[0])
+	q.mustDo(t, connectCmd(0, 31, 0, 0), connectData(nvme.CNTLIDDynamic, nvme.DiscoveryNQN, testHostNQN))
 	// A host without a PSK still connects over plain TCP.
 	env.sub.SetHostSecrets(testHostNQN, HostSecrets{})
-	q := newFakeQueue(env.tgt, env.ports[0])
+	q = newFakeQueue(env.tgt, env.ports[0])
 	q.mustDo(t, connectCmd(0, 31, 0, 0), connectData(nvme.CNTLIDDynamic, testSubNQN, testHostNQN))
 }
 

@@ -109,6 +109,14 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DHCHAP configures in-band authentication (see auth.go).
 	DHCHAP DHCHAPConfig
+	// DiscoveryAuth makes the discovery controller hold a host to its
+	// credentials as a volume's subsystem does: DH-HMAC-CHAP for a host
+	// with a DH-HMAC-CHAP secret, TLS for one with a PSK. Off (the
+	// default, as the kernel's nvmet), the discovery controller asks
+	// neither (it still takes a TLS connection): nvme-cli's `discover`
+	// and `connect-all` do not authenticate to it, and what it shows a
+	// host is only which subsystems that host NQN may reach, and where.
+	DiscoveryAuth bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.

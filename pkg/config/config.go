@@ -109,6 +109,13 @@ type NVMe struct {
 	// "required" (plain connections are refused; the discovery log says
 	// so) or "none". Default "optional".
 	TLS string `toml:"tls"`
+	// DiscoveryAuth makes the discovery controller require a host's
+	// DH-HMAC-CHAP secret or TLS PSK as the volumes' subsystems do.
+	// Default false, as the kernel's nvmet: `nvme discover` and
+	// `nvme connect-all` (nvme-cli 2.13) do not authenticate to a
+	// discovery controller; the discovery log shows a host NQN only the
+	// subsystems it may reach.
+	DiscoveryAuth bool `toml:"discovery_auth"`
 	// CNTLIDMin and CNTLIDMax bound the controller IDs this node hands out;
 	// nodes of one cluster use disjoint ranges. Default 1..0xFFEF; in a
 	// cluster the node's slot of 0x3FF IDs (CNTLIDRange).

@@ -24,7 +24,8 @@ func (n *Node) newTarget(cfg *config.Config, log *slog.Logger) error {
 	}
 	n.budget = budget
 	t, err := target.New(target.Config{Logger: log, Clock: clock.Real(),
-		CNTLIDMin: cfg.NVMe.CNTLIDMin, CNTLIDMax: cfg.NVMe.CNTLIDMax, DrainTimeout: time.Duration(l.DrainTimeout)})
+		CNTLIDMin: cfg.NVMe.CNTLIDMin, CNTLIDMax: cfg.NVMe.CNTLIDMax, DrainTimeout: time.Duration(l.DrainTimeout),
+		DiscoveryAuth: cfg.NVMe.DiscoveryAuth})
 	if err != nil {
 		return fmt.Errorf("node: target: %w", err)
 	}
