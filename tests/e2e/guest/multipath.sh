@@ -3,7 +3,9 @@
 # the node that leads the volume is killed -9 and later restarted. The caller
 # defines node_kill (the Go side kills the leader) and node_restart (it starts
 # the killed node again).
-# Needs: ADDR PORT (the node asked for discovery) SUBNQN HOSTNQN NPATHS.
+# Needs: ADDR PORT (the node asked for discovery) SUBNQN HOSTNQN NPATHS;
+# optional MP_OPTS, more options for nvme discover and connect-all (the
+# host's DH-HMAC-CHAP secrets).
 #
 # Timing uses /proc/uptime (10 ms resolution) read with the shell's builtin
 # read, so taking a timestamp forks nothing.
@@ -235,12 +237,14 @@ loop_stats() {
 multipath_flow() {
 	phase mp-discover
 	step "discover through one node"
-	capture discover timeout 60 nvme discover -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN"
+	# shellcheck disable=SC2086 # MP_OPTS: extra nvme options, one word each
+	capture discover timeout 60 nvme discover -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN" ${MP_OPTS:-}
 
 	phase mp-connect
 	step "connect-all through the same node"
+	# shellcheck disable=SC2086
 	capture connect-all timeout 90 nvme connect-all -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN" \
-		--reconnect-delay=1 --ctrl-loss-tmo=120
+		--reconnect-delay=1 --ctrl-loss-tmo=120 ${MP_OPTS:-}
 	wait_until 60 "$NPATHS controllers for $SUBNQN" ctrls_at_least "$NPATHS"
 	wait_until 30 "namespace 1 of $SUBNQN" has_ns "$SUBNQN" 1
 	wait_until 30 "1 live optimized and $((NPATHS - 1)) live inaccessible paths" paths_are 1 $((NPATHS - 1))
