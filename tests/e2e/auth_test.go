@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -292,4 +293,68 @@ func phaseLines(dmesg, name string) []string {
 		}
 	}
 	return out
+}
+
+// TestCredentialFormats: the keys the tests write are in the formats
+// nvme-cli 2.13 writes (its own output in the calibration run: the CRC-32
+// is appended little endian, then base64).
+func TestCredentialFormats(t *testing.T) {
+	for _, s := range []string{
+		"DHHC-1:01:Dv5bDRGwrebVosia5VQHKDuhWkw1PJZQ6Onbxupcm7grQIVS:",       // nvme gen-dhchap-key --hmac=1
+		"NVMeTLSkey-1:01:pOfR4hErAGD613S/kny8l2Vnq1Hhp1iSprKHMkMeSG6fslOo:", // nvme gen-tls-key
+	} {
+		body := strings.Split(s, ":")[2]
+		raw, err := base64.StdEncoding.DecodeString(body)
+		if err != nil || len(raw) != 36 {
+			t.Fatalf("%s: %v, %d bytes", s, err, len(raw))
+		}
+		if got := keyWithCRC(raw[:32]); got != body {
+			t.Errorf("keyWithCRC of nvme-cli's key = %s, want %s", got, body)
+		}
+	}
+	c := newAuthCreds(t)
+	for s, re := range map[string]string{
+		c.dhKey:     `^DHHC-1:01:[A-Za-z0-9+/]{48}:$`,
+		c.dhCtrlKey: `^DHHC-1:02:[A-Za-z0-9+/]{70}==:$`,
+		c.tlsPSK:    `^NVMeTLSkey-1:01:[A-Za-z0-9+/]{48}:$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(s) {
+			t.Errorf("%q does not match %s", s, re)
+		}
+	}
+}
+
+// TestAuthScriptsParse checks the assembled guest scripts of the
+// authentication tests with the host's POSIX shell (syntax only).
+func TestAuthScriptsParse(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh on the host")
+	}
+	vars := authVars(newAuthCreds(t), subNQN, "10.0.2.2", 4420, "10.0.2.2", 4421)
+	scripts := map[string]string{
+		"nvmet":  GuestScript(vars, []string{"auth.sh", "authnvmet.sh"}, "nvmet_auth_setup\nkeygen_check\n"+authBody),
+		"basalt": GuestScript(vars, []string{"auth.sh", "multipath.sh"}, authBody+"node_kill() { mark k; }\nnode_restart() { mark r; }\nmultipath_flow\n"),
+	}
+	for name, s := range scripts {
+		if out, err := exec.Command(sh, "-n", "-c", s).CombinedOutput(); err != nil {
+			t.Errorf("%s: sh -n: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// TestAuthDmesgAllowList: a refusal's lines pass only in its phase.
+func TestAuthDmesgAllowList(t *testing.T) {
+	allow := authDmesgAllow(nvmetDmesg)
+	wrong := "[ 1.1] nvme nvme0: qid 0: authentication failed, error -129\n"
+	if bad := DmesgProblems("[ 1.0] basalt-e2e: phase dh-wrong\n"+wrong, allow); len(bad) != 0 {
+		t.Errorf("dh-wrong phase: rejected %q", bad)
+	}
+	if bad := DmesgProblems("[ 1.0] basalt-e2e: phase dh-uni\n"+wrong, allow); len(bad) != 1 {
+		t.Errorf("dh-uni phase: accepted %q", wrong)
+	}
+	ok := "[ 1.1] nvme nvme0: qid 0: authenticated with hash hmac(sha384) dhgroup ffdhe2048\n"
+	if bad := DmesgProblems("[ 1.0] basalt-e2e: phase dh-bidi\n"+ok, allow); len(bad) != 0 {
+		t.Errorf("dh-bidi phase: rejected %q", bad)
+	}
 }
