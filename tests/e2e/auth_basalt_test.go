@@ -17,9 +17,12 @@ import (
 	"basalt/pkg/api"
 )
 
-// The authentication test's volume.
+// The authentication test's volumes: authVolume (one replica, so that the
+// node a single path goes to always leads it) for the single-path cases,
+// authMPVolume (three) for multipath.
 const (
 	authVolume      = "auth"
+	authMPVolume    = "auth-mp"
 	authVolumeBytes = 256 << 20
 )
 
@@ -110,35 +113,46 @@ func TestKernelHostAuthAgainstBasalt(t *testing.T) {
 	began := time.Now()
 	kc := startKCluster(t, 3)
 	c := newAuthCreds(t)
-	v := kc.createVolume(api.CreateVolumeRequest{Name: authVolume, Size: authVolumeBytes, RF: 3, Hosts: []string{authHostPlain}})
-	kc.addHostCredentials(authVolume, authHostDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey})
-	kc.addHostCredentials(authVolume, authHostTLS, hostCredentials{TLSPSK: c.tlsPSK})
-	kc.addHostCredentials(authVolume, authHostTLSDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey, TLSPSK: c.tlsDHPSK})
-	shown := kc.volumeJSON(authVolume)
-	for _, s := range []string{c.dhKey, c.dhCtrlKey, c.tlsPSK, c.tlsDHPSK} {
-		if strings.Contains(shown, strings.Split(s, ":")[2]) {
-			t.Errorf("GET /v1/volumes/%s shows a host's secret", authVolume)
+	for _, vol := range []struct {
+		name string
+		rf   int
+	}{{authVolume, 1}, {authMPVolume, 3}} {
+		kc.createVolume(api.CreateVolumeRequest{Name: vol.name, Size: authVolumeBytes, RF: vol.rf, Hosts: []string{authHostPlain}})
+		kc.addHostCredentials(vol.name, authHostDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey})
+		kc.addHostCredentials(vol.name, authHostTLS, hostCredentials{TLSPSK: c.tlsPSK})
+		kc.addHostCredentials(vol.name, authHostTLSDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey, TLSPSK: c.tlsDHPSK})
+		shown := kc.volumeJSON(vol.name)
+		for _, s := range []string{c.dhKey, c.dhCtrlKey, c.tlsPSK, c.tlsDHPSK} {
+			if strings.Contains(shown, strings.Split(s, ":")[2]) {
+				t.Errorf("GET /v1/volumes/%s shows a host's secret", vol.name)
+			}
 		}
 	}
-	v = kc.waitHealthy(authVolume, 60*time.Second)
-	leader := kc.nodes[v.Leader-1]
-	t.Logf("cluster up, volume %s (%s) with 4 hosts in %s; leader node%d",
-		authVolume, v.NQN, time.Since(began).Round(100*time.Millisecond), v.Leader)
+	v := kc.waitHealthy(authVolume, 60*time.Second)
+	mp := kc.waitHealthy(authMPVolume, 60*time.Second)
+	node := kc.nodes[v.Leader-1]
+	t.Logf("cluster up, volumes %s (%s, on node%d) and %s (%s) with 4 hosts each in %s",
+		authVolume, v.NQN, node.id, authMPVolume, mp.NQN, time.Since(began).Round(100*time.Millisecond))
 
-	t.Run("debian12", func(t *testing.T) { testDebian12RefusedByAuth(t, v.NQN, leader) })
-	t.Run("debian13", func(t *testing.T) { testDebian13AuthAgainstBasalt(t, kc, c, v.NQN, leader) })
+	t.Run("debian12", func(t *testing.T) { testDebian12RefusedByAuth(t, v.NQN, node) })
+	t.Run("debian13", func(t *testing.T) { testDebian13AuthAgainstBasalt(t, kc, c, v.NQN, node, mp.NQN) })
 }
+
+// authMultipathBody attaches HOSTNQN (HOST_DH) to MP_SUBNQN through
+// multipath with MP_OPTS (its secrets) after guest/auth.sh's cases.
+const authMultipathBody = "SUBNQN=$MP_SUBNQN\nnode_kill() { mark kill-leader; }\nnode_restart() { mark restart-killed; }\nmultipath_flow\n"
 
 // testDebian13AuthAgainstBasalt: guest/auth.sh's cases, then multipath
 // failover with DH-HMAC-CHAP on every path.
-func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn string, leader *knode) {
-	vars := authVars(c, nqn, "10.0.2.2", leader.nvmePort, "10.0.2.2", leader.nvmePort)
+func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn string, node *knode, mpNQN string) {
+	vars := authVars(c, nqn, "10.0.2.2", node.nvmePort, "10.0.2.2", node.nvmePort)
+	vars["MP_SUBNQN"] = mpNQN
 	vars["HOSTNQN"] = authHostDH
 	vars["NPATHS"] = strconv.Itoa(len(kc.nodes))
 	vars["MP_OPTS"] = fmt.Sprintf("--dhchap-secret=%s --dhchap-ctrl-secret=%s", c.dhKey, c.dhCtrlKey)
-	body := authBody + "node_kill() { mark kill-leader; }\nnode_restart() { mark restart-killed; }\nmultipath_flow\n"
+	body := authBody + authMultipathBody
 	script := GuestScript(vars, []string{"auth.sh", "multipath.sh"}, body)
-	marks := newFailoverMarks(t, kc, authVolume)
+	marks := newFailoverMarks(t, kc, authMPVolume)
 	r := Boot(t, BootOptions{Guest: Debian13, Script: script, Timeout: 7 * time.Minute, OnMark: marks.onMark})
 	logAuthCases(t, r.Console)
 	RequireOK(t, r)
@@ -162,8 +176,8 @@ func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn 
 // authentication or TLS) connecting as a host that must authenticate, and as
 // one that must use TLS, is refused within seconds with an error, not a hang;
 // as the host that needs neither it connects and does I/O.
-func testDebian12RefusedByAuth(t *testing.T, nqn string, leader *knode) {
-	vars := map[string]string{"ADDR": "10.0.2.2", "PORT": strconv.Itoa(leader.nvmePort), "SUBNQN": nqn,
+func testDebian12RefusedByAuth(t *testing.T, nqn string, node *knode) {
+	vars := map[string]string{"ADDR": "10.0.2.2", "PORT": strconv.Itoa(node.nvmePort), "SUBNQN": nqn,
 		"HOST_PLAIN": authHostPlain, "HOST_DH": authHostDH, "HOST_TLS": authHostTLS}
 	body := `phase d12-dh
 step "Debian 12 as a host that must authenticate (DH-HMAC-CHAP)"

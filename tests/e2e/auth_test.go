@@ -334,7 +334,7 @@ func TestAuthScriptsParse(t *testing.T) {
 	vars := authVars(newAuthCreds(t), subNQN, "10.0.2.2", 4420, "10.0.2.2", 4421)
 	scripts := map[string]string{
 		"nvmet":  GuestScript(vars, []string{"auth.sh", "authnvmet.sh"}, "nvmet_auth_setup\nkeygen_check\n"+authBody),
-		"basalt": GuestScript(vars, []string{"auth.sh", "multipath.sh"}, authBody+"node_kill() { mark k; }\nnode_restart() { mark r; }\nmultipath_flow\n"),
+		"basalt": GuestScript(vars, []string{"auth.sh", "multipath.sh"}, authBody+authMultipathBody),
 	}
 	for name, s := range scripts {
 		if out, err := exec.Command(sh, "-n", "-c", s).CombinedOutput(); err != nil {
