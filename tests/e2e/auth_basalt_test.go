@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -149,7 +148,9 @@ func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn 
 	vars["MP_SUBNQN"] = mpNQN
 	vars["HOSTNQN"] = authHostDH
 	vars["NPATHS"] = strconv.Itoa(len(kc.nodes))
-	vars["MP_OPTS"] = fmt.Sprintf("--dhchap-secret=%s --dhchap-ctrl-secret=%s", c.dhKey, c.dhCtrlKey)
+	// nvme discover and connect-all (nvme-cli 2.13) take the host's secret,
+	// not a controller secret: every path authenticates the host.
+	vars["MP_OPTS"] = "--dhchap-secret=" + c.dhKey
 	body := authBody + authMultipathBody
 	script := GuestScript(vars, []string{"auth.sh", "multipath.sh"}, body)
 	marks := newFailoverMarks(t, kc, authMPVolume)
