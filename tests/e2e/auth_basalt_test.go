@@ -148,9 +148,17 @@ func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn 
 	vars["MP_SUBNQN"] = mpNQN
 	vars["HOSTNQN"] = authHostDH
 	vars["NPATHS"] = strconv.Itoa(len(kc.nodes))
-	// nvme discover and connect-all (nvme-cli 2.13) take the host's secret,
-	// not a controller secret: every path authenticates the host.
-	vars["MP_OPTS"] = "--dhchap-secret=" + c.dhKey
+	// One nvme connect per node, each path authenticated both ways. Not
+	// discovery and connect-all: nvme-cli 2.13's nvme discover takes
+	// --dhchap-secret but does not give it to the discovery controller
+	// (the host then reports "qid 0: no key"), and takes no controller
+	// secret.
+	var ports []string
+	for _, nd := range kc.nodes {
+		ports = append(ports, strconv.Itoa(nd.nvmePort))
+	}
+	vars["MP_PORTS"] = strings.Join(ports, " ")
+	vars["MP_OPTS"] = "--dhchap-secret=" + c.dhKey + " --dhchap-ctrl-secret=" + c.dhCtrlKey
 	body := authBody + authMultipathBody
 	script := GuestScript(vars, []string{"auth.sh", "multipath.sh"}, body)
 	marks := newFailoverMarks(t, kc, authMPVolume)
