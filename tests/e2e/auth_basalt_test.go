@@ -178,6 +178,7 @@ func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn 
 	for _, ph := range []string{"mp-discover", "mp-connect", "mp-io", "mp-failover", "mp-after"} {
 		allow[ph] = append(allow[ph], AuthNVMeLines...)
 	}
+	allow["mp-failover"] = append(allow["mp-failover"], ReconnectNVMeLines612...)
 	CheckDmesg(t, r.Console, allow)
 }
 
@@ -272,4 +273,11 @@ func (m *failoverMarks) onMark(name string) {
 	default:
 		m.t.Errorf("unexpected guest mark %q", name)
 	}
+}
+
+// ReconnectNVMeLines612 are kernel 6.12's forms of the reconnect lines of
+// MultipathFailoverNVMeLines (6.1 has no "/<max>").
+var ReconnectNVMeLines612 = []*regexp.Regexp{
+	regexp.MustCompile(`^nvme nvme\d+: Failed reconnect attempt \d+/\d+$`),
+	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(attempt \d+/\d+\)$`),
 }

@@ -358,3 +358,17 @@ func TestAuthDmesgAllowList(t *testing.T) {
 		t.Errorf("dh-bidi phase: rejected %q", bad)
 	}
 }
+
+// TestReconnectLines612: kernel 6.12's reconnect lines pass in the failover
+// phase of the authenticated multipath flow only.
+func TestReconnectLines612(t *testing.T) {
+	allow := map[string][]*regexp.Regexp{"mp-failover": ReconnectNVMeLines612}
+	for _, line := range []string{"nvme nvme0: Failed reconnect attempt 2/120", "nvme nvme0: Successfully reconnected (attempt 9/120)"} {
+		if bad := DmesgProblems("[ 1.0] basalt-e2e: phase mp-failover\n[ 1.1] "+line+"\n", allow); len(bad) != 0 {
+			t.Errorf("failover phase: %q rejected", line)
+		}
+		if bad := DmesgProblems("[ 1.0] basalt-e2e: phase mp-io\n[ 1.1] "+line+"\n", allow); len(bad) != 1 {
+			t.Errorf("I/O phase: %q accepted", line)
+		}
+	}
+}
