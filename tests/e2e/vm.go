@@ -1,8 +1,10 @@
-// Package e2e boots a real Linux NVMe/TCP host (Debian 12's kernel, nvme-cli
-// 2.3) under qemu and drives it against a target: basaltd on the host, or the
-// kernel's own nvmet inside the guest as a reference.
+// Package e2e boots a real Linux NVMe/TCP host under qemu and drives it
+// against a target: basaltd on the host, or the kernel's own nvmet inside the
+// guest as a reference. Two guests: Debian 12 (kernel 6.1, nvme-cli 2.3, the
+// default) and Debian 13 (kernel 6.12, nvme-cli 2.13, keyctl and tlshd: the
+// host with DH-HMAC-CHAP and TLS), chosen by BootOptions.Guest.
 //
-// The guest is prepared by scripts/e2e/setup.sh (kernel, initramfs, cache).
+// The guests are prepared by scripts/e2e/setup.sh (kernels, initramfs, cache).
 // Every run boots the kernel with that initramfs plus a small cpio holding
 // /test.sh; the guest's /init runs it, prints the kernel log and a sentinel,
 // and powers off:
@@ -72,10 +74,37 @@ const bootAllowance = 90 * time.Second
 //go:embed guest/*.sh
 var guestFS embed.FS
 
-// Env is a prepared guest: kernel and base initramfs.
+// Env is the prepared guests: the kernel and base initramfs of each.
 type Env struct {
-	Kernel string // bzImage
-	Initrd string // gzip'd newc cpio built by setup.sh
+	Kernel string // Debian 12's bzImage
+	Initrd string // its gzip'd newc cpio built by setup.sh
+	// Debian13Kernel and Debian13Initrd are the Debian 13 guest's (setup.sh
+	// builds them in the cache's trixie/ directory).
+	Debian13Kernel, Debian13Initrd string
+}
+
+// Guest names one of the guests setup.sh builds. Both have the same /init
+// contract.
+type Guest string
+
+const (
+	// Debian12 is Debian 12's kernel 6.1 with nvme-cli 2.3: no in-band
+	// authentication, no TLS. The default.
+	Debian12 Guest = "debian12"
+	// Debian13 is Debian 13's kernel 6.12 with nvme-cli 2.13, keyctl and
+	// tlshd: DH-HMAC-CHAP and NVMe/TCP TLS on the host and in nvmet.
+	Debian13 Guest = "debian13"
+)
+
+// image returns guest g's kernel and base initramfs ("" is Debian12).
+func (e *Env) image(g Guest) (kernel, initrd string, err error) {
+	switch g {
+	case "", Debian12:
+		return e.Kernel, e.Initrd, nil
+	case Debian13:
+		return e.Debian13Kernel, e.Debian13Initrd, nil
+	}
+	return "", "", fmt.Errorf("unknown guest %q", g)
 }
 
 var (
@@ -114,8 +143,9 @@ func runSetup() (*Env, []byte, error) {
 		return nil, out, fmt.Errorf("%s: %w", script, err)
 	}
 	dir := cacheDir()
-	env := &Env{Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd.img")}
-	for _, p := range []string{env.Kernel, env.Initrd} {
+	env := &Env{Kernel: filepath.Join(dir, "vmlinuz"), Initrd: filepath.Join(dir, "initrd.img"),
+		Debian13Kernel: filepath.Join(dir, "trixie", "vmlinuz"), Debian13Initrd: filepath.Join(dir, "trixie", "initrd.img")}
+	for _, p := range []string{env.Kernel, env.Initrd, env.Debian13Kernel, env.Debian13Initrd} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, out, fmt.Errorf("setup.sh succeeded but: %w", err)
 		}
@@ -170,6 +200,8 @@ func shellQuote(s string) string {
 
 // BootOptions describe one guest run.
 type BootOptions struct {
+	// Guest is the guest to boot; "" is Debian12.
+	Guest Guest
 	// Script is /test.sh; its exit status is the run's RC.
 	Script string
 	// Timeout bounds the whole run (boot to power-off); the guest script gets
@@ -225,18 +257,20 @@ func RunGuest(t testing.TB, script string, timeout time.Duration) (console strin
 // Boot runs one guest as described by opts. qemu never outlives the call.
 func Boot(t testing.TB, opts BootOptions) *Result {
 	t.Helper()
-	env := Setup(t)
+	kernel, baseInitrd, err := Setup(t).image(opts.Guest)
+	if err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
 	if opts.Timeout < bootAllowance+30*time.Second {
 		t.Fatalf("Boot: timeout %s too short (min %s)", opts.Timeout, bootAllowance+30*time.Second)
 	}
 	initrd := filepath.Join(t.TempDir(), "initrd-with-test.img")
-	if err := writeInitrd(initrd, env.Initrd, opts.Script, opts.Files); err != nil {
+	if err := writeInitrd(initrd, baseInitrd, opts.Script, opts.Files); err != nil {
 		t.Fatalf("Boot: %v", err)
 	}
 	budget := int((opts.Timeout - bootAllowance) / time.Second)
-	args := qemuArgs(env.Kernel, initrd, budget, opts.HostFwd)
+	args := qemuArgs(kernel, initrd, budget, opts.HostFwd)
 	if opts.NVDIMM != nil {
-		var err error
 		if args, err = withNVDIMM(args, *opts.NVDIMM); err != nil {
 			t.Fatalf("Boot: %v", err)
 		}

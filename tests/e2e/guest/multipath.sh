@@ -3,7 +3,10 @@
 # the node that leads the volume is killed -9 and later restarted. The caller
 # defines node_kill (the Go side kills the leader) and node_restart (it starts
 # the killed node again).
-# Needs: ADDR PORT (the node asked for discovery) SUBNQN HOSTNQN NPATHS.
+# Needs: ADDR PORT (the node asked for discovery) SUBNQN HOSTNQN NPATHS;
+# optional MP_PORTS, every node's port: then one nvme connect per port with
+# MP_OPTS (the host's DH-HMAC-CHAP secrets) instead of discovery and
+# connect-all.
 #
 # Timing uses /proc/uptime (10 ms resolution) read with the shell's builtin
 # read, so taking a timestamp forks nothing.
@@ -233,14 +236,24 @@ loop_stats() {
 }
 
 multipath_flow() {
-	phase mp-discover
-	step "discover through one node"
-	capture discover timeout 60 nvme discover -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN"
+	if [ -n "${MP_PORTS:-}" ]; then
+		phase mp-connect
+		step "connect to every node's port ($MP_PORTS), no discovery"
+		for _p in $MP_PORTS; do
+			# shellcheck disable=SC2086 # MP_OPTS: extra nvme options, one word each
+			capture "connect-$_p" timeout 90 nvme connect -t tcp -a "$ADDR" -s "$_p" -n "$SUBNQN" --hostnqn "$HOSTNQN" \
+				--reconnect-delay=1 --ctrl-loss-tmo=120 ${MP_OPTS:-}
+		done
+	else
+		phase mp-discover
+		step "discover through one node"
+		capture discover timeout 60 nvme discover -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN"
 
-	phase mp-connect
-	step "connect-all through the same node"
-	capture connect-all timeout 90 nvme connect-all -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN" \
-		--reconnect-delay=1 --ctrl-loss-tmo=120
+		phase mp-connect
+		step "connect-all through the same node"
+		capture connect-all timeout 90 nvme connect-all -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN" \
+			--reconnect-delay=1 --ctrl-loss-tmo=120
+	fi
 	wait_until 60 "$NPATHS controllers for $SUBNQN" ctrls_at_least "$NPATHS"
 	wait_until 30 "namespace 1 of $SUBNQN" has_ns "$SUBNQN" 1
 	wait_until 30 "1 live optimized and $((NPATHS - 1)) live inaccessible paths" paths_are 1 $((NPATHS - 1))
