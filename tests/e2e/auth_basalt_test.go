@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -34,30 +32,15 @@ type hostCredentials struct {
 }
 
 // addHostCredentials allows host nqn on volume vol with cred through a
-// running node's API. It never prints the secrets.
+// running node's API (as the admin). It never prints the secrets.
 func (kc *kcluster) addHostCredentials(vol, nqn string, cred hostCredentials) {
 	kc.t.Helper()
-	c := kc.client(kc.up())
-	body, err := json.Marshal(cred)
-	if err != nil {
-		kc.t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	path := "/v1/volumes/" + url.PathEscape(vol) + "/hosts/" + url.PathEscape(nqn)
-	req, err := http.NewRequestWithContext(ctx, "POST", c.Base+path, bytes.NewReader(body))
+	_, err := kc.client(kc.up()).AddHostWith(ctx, vol, nqn, api.AddHostRequest{DHCHAPSecret: cred.DHCHAPSecret,
+		DHCHAPCtrlSecret: cred.DHCHAPCtrlSecret, TLSPSK: cred.TLSPSK})
 	if err != nil {
-		kc.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		kc.t.Fatalf("POST %s: %v", path, err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		kc.t.Fatalf("POST %s: HTTP %d: %s", path, resp.StatusCode, answer)
+		kc.t.Fatalf("allow %s on %s: %v", nqn, vol, err)
 	}
 }
 
@@ -65,7 +48,12 @@ func (kc *kcluster) addHostCredentials(vol, nqn string, cred hostCredentials) {
 func (kc *kcluster) volumeJSON(name string) string {
 	kc.t.Helper()
 	c := kc.client(kc.up())
-	resp, err := c.HTTP.Get(c.Base + "/v1/volumes/" + url.PathEscape(name))
+	req, err := http.NewRequest("GET", c.Base+"/v1/volumes/"+url.PathEscape(name), nil)
+	if err != nil {
+		kc.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		kc.t.Fatal(err)
 	}
