@@ -67,17 +67,27 @@ func (kc *kcluster) volumeJSON(name string) string {
 // differently (nvmet's port requires TLS and drops the plain ICReq; Basalt's
 // port may offer TLS and refuses that host's plain Connect): it only has to
 // fail fast, with a Connect failure.
-var authRefusals = []authCase{refusedDHWrong, refusedDHMissing, refusedDHCtrlWrong, refusedTLSWrong, {
+var authRefusals = []authCase{refusedDHWrong, refusedDHMissing, refusedDHCtrlWrong, refusedTLSWrongBasalt, {
 	name: "tls-plain",
 	out:  regexp.MustCompile(`Failed to write to /dev/nvme-fabrics: `),
 }}
+
+// refusedTLSWrongBasalt: a host whose PSK is not the one Basalt has for it.
+// Basalt's TLS server answers the bad binder with a decrypt_error alert, so
+// the handshake fails at once (nvmet's case differs: see refusedTLSWrong);
+// the host reports the failed handshake and adds no controller.
+var refusedTLSWrongBasalt = authCase{name: "tls-wrong",
+	out: regexp.MustCompile(`Failed to write to /dev/nvme-fabrics: `),
+	dmesg: []*regexp.Regexp{
+		regexp.MustCompile(`^nvme nvme\d+: queue 0: TLS handshake complete, error -\d+$`),
+	}}
 
 // basaltAuthDmesg: per phase, the host lines of the refusals.
 var basaltAuthDmesg = map[string][]*regexp.Regexp{
 	"dh-wrong":      refusedDHWrong.dmesg,
 	"dh-missing":    refusedDHMissing.dmesg,
 	"dh-ctrl-wrong": refusedDHCtrlWrong.dmesg,
-	"tls-wrong":     refusedTLSWrong.dmesg,
+	"tls-wrong":     refusedTLSWrongBasalt.dmesg,
 	"tls-plain": {
 		regexp.MustCompile(`^nvme nvme\d+: Connect for subsystem \S+ is not allowed, hostnqn: \S+$`),
 		regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=\d+$`),
@@ -107,6 +117,8 @@ func TestKernelHostAuthAgainstBasalt(t *testing.T) {
 		kc.createVolume(api.CreateVolumeRequest{Name: vol.name, Size: authVolumeBytes, RF: vol.rf, Hosts: []string{authHostPlain}})
 		kc.addHostCredentials(vol.name, authHostDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey})
 		kc.addHostCredentials(vol.name, authHostTLS, hostCredentials{TLSPSK: c.tlsPSK})
+		// Not the PSK the guest holds for it (c.tlsWrong): the wrong-PSK case.
+		kc.addHostCredentials(vol.name, authHostTLSW, hostCredentials{TLSPSK: c.tlsDHPSK})
 		kc.addHostCredentials(vol.name, authHostTLSDH, hostCredentials{DHCHAPSecret: c.dhKey, DHCHAPCtrlSecret: c.dhCtrlKey, TLSPSK: c.tlsDHPSK})
 		shown := kc.volumeJSON(vol.name)
 		for _, s := range []string{c.dhKey, c.dhCtrlKey, c.tlsPSK, c.tlsDHPSK} {
@@ -115,6 +127,7 @@ func TestKernelHostAuthAgainstBasalt(t *testing.T) {
 			}
 		}
 	}
+	kc.addHostCredentials(authMPVolume, authHostMP, hostCredentials{DHCHAPSecret: c.dhKey})
 	v := kc.waitHealthy(authVolume, 60*time.Second)
 	mp := kc.waitHealthy(authMPVolume, 60*time.Second)
 	node := kc.nodes[v.Leader-1]
@@ -133,20 +146,15 @@ const authMultipathBody = "SUBNQN=$MP_SUBNQN\nnode_kill() { mark kill-leader; }\
 // failover with DH-HMAC-CHAP on every path.
 func testDebian13AuthAgainstBasalt(t *testing.T, kc *kcluster, c authCreds, nqn string, node *knode, mpNQN string) {
 	vars := authVars(c, nqn, "10.0.2.2", node.nvmePort, "10.0.2.2", node.nvmePort)
+	vars["HOST_TLSW"] = authHostTLSW
 	vars["MP_SUBNQN"] = mpNQN
-	vars["HOSTNQN"] = authHostDH
+	vars["HOSTNQN"] = authHostMP
 	vars["NPATHS"] = strconv.Itoa(len(kc.nodes))
-	// One nvme connect per node, each path authenticated both ways. Not
-	// discovery and connect-all: nvme-cli 2.13's nvme discover takes
-	// --dhchap-secret but does not give it to the discovery controller
-	// (the host then reports "qid 0: no key"), and takes no controller
-	// secret.
-	var ports []string
-	for _, nd := range kc.nodes {
-		ports = append(ports, strconv.Itoa(nd.nvmePort))
-	}
-	vars["MP_PORTS"] = strings.Join(ports, " ")
-	vars["MP_OPTS"] = "--dhchap-secret=" + c.dhKey + " --dhchap-ctrl-secret=" + c.dhCtrlKey
+	// Discovery and connect-all through one node (the discovery controller
+	// asks no authentication unless [nvme] discovery_auth, as nvmet), each
+	// path then authenticated with the host's secret (nvme-cli 2.13's
+	// connect-all, like its discover, takes no controller secret).
+	vars["MP_OPTS"] = "--dhchap-secret=" + c.dhKey
 	body := authBody + authMultipathBody
 	script := GuestScript(vars, []string{"auth.sh", "multipath.sh"}, body)
 	marks := newFailoverMarks(t, kc, authMPVolume)
@@ -268,4 +276,9 @@ func (m *failoverMarks) onMark(name string) {
 var ReconnectNVMeLines612 = []*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: Failed reconnect attempt \d+/\d+$`),
 	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(attempt \d+/\d+\)$`),
+	// A keep-alive still in flight when the host removes the controller
+	// (nvme disconnect at the end) completes with BLK_STS_TRANSPORT, and
+	// 6.12 reports its round trip from an unset start time.
+	regexp.MustCompile(`^nvme nvme\d+: long keepalive RTT \(\d+ ms\)$`),
+	regexp.MustCompile(`^nvme nvme\d+: failed nvme_keep_alive_end_io error=4$`),
 }

@@ -22,6 +22,12 @@ const (
 	authHostDH    = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e012" // DH-HMAC-CHAP
 	authHostTLS   = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e013" // TLS PSK
 	authHostTLSDH = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e014" // both
+	// authHostTLSW holds, in the guest's .nvme keyring, a PSK other than
+	// the one Basalt has for it (Basalt's wrong-PSK case; see auth.sh).
+	authHostTLSW = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e015"
+	// authHostMP has a DH-HMAC-CHAP secret on the multipath volume only, so
+	// that connect-all finds that volume alone.
+	authHostMP = "nqn.2014-08.org.nvmexpress:uuid:0b7e8a52-6c1d-4f4e-8a55-ba5a17e2e016"
 )
 
 // authCreds are one run's credentials, fresh random keys in the formats

@@ -214,9 +214,18 @@ tls_flow() {
 
 	phase tls-wrong
 	step "TLS with a PSK the target does not have (must be refused)"
-	insert_psk insert-wrong-psk "$HOST_TLS" "$TLS_WRONG" e2e-wrong
-	# shellcheck disable=SC2046
-	connect_refused tls-wrong nvme connect -v $(tls_args) --hostnqn="$HOST_TLS" --keyring=e2e-wrong
+	if [ -n "${HOST_TLSW:-}" ]; then
+		# The target has another PSK for HOST_TLSW than the one the host
+		# holds in its .nvme keyring: no second keyring, whose use by
+		# the host and by tlshd's lookups is not what this checks.
+		insert_psk insert-wrong-psk "$HOST_TLSW" "$TLS_WRONG"
+		# shellcheck disable=SC2046
+		connect_refused tls-wrong nvme connect -v $(tls_args) --hostnqn="$HOST_TLSW"
+	else
+		insert_psk insert-wrong-psk "$HOST_TLS" "$TLS_WRONG" e2e-wrong
+		# shellcheck disable=SC2046
+		connect_refused tls-wrong nvme connect -v $(tls_args) --hostnqn="$HOST_TLS" --keyring=e2e-wrong
+	fi
 
 	phase tls-dh
 	step "TLS and bidirectional DH-HMAC-CHAP: ext4 over an authenticated TLS connection"

@@ -251,8 +251,9 @@ multipath_flow() {
 
 		phase mp-connect
 		step "connect-all through the same node"
+		# shellcheck disable=SC2086 # MP_OPTS: extra nvme options, one word each
 		capture connect-all timeout 90 nvme connect-all -t tcp -a "$ADDR" -s "$PORT" --hostnqn "$HOSTNQN" \
-			--reconnect-delay=1 --ctrl-loss-tmo=120
+			--reconnect-delay=1 --ctrl-loss-tmo=120 ${MP_OPTS:-}
 	fi
 	wait_until 60 "$NPATHS controllers for $SUBNQN" ctrls_at_least "$NPATHS"
 	wait_until 30 "namespace 1 of $SUBNQN" has_ns "$SUBNQN" 1
