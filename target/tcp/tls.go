@@ -108,10 +108,11 @@ func (l *Listener) serveSecure(conn net.Conn, host netip.Addr) {
 }
 
 // secure decides between TLS and plain NVMe/TCP and runs the handshake,
-// all within the handshake timeout (on the Listener's clock: when it
+// all within the handshake timeout, and within the ICReq timeout too (no
+// ICReq can come before this step ends) (on the Listener's clock: when it
 // fires first, the connection is closed and the step fails).
 func (l *Listener) secure(conn net.Conn) (net.Conn, target.SecureChannel, error) {
-	timer := l.opts.Clock.NewTimer(l.opts.TLSHandshakeTimeout)
+	timer := l.opts.Clock.NewTimer(min(l.opts.TLSHandshakeTimeout, l.opts.ICReqTimeout))
 	finished := make(chan struct{})
 	defer func() {
 		timer.Stop()
