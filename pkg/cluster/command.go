@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"basalt/pkg/qos"
 )
 
 // Op names a metadata command.
@@ -35,6 +37,8 @@ type Command struct {
 	NodeID  NodeID        `json:"node_id,omitempty"`
 	Size    int64         `json:"size,omitempty"`
 	Host    string        `json:"host,omitempty"`
+	// QoS is OpSetQoS's change (command_qos.go).
+	QoS *QoSChange `json:"qos,omitempty"`
 	// Nodes, Learners and State are the membership commands' fields
 	// (command_members.go).
 	Nodes    []NodeID `json:"nodes,omitempty"`
@@ -53,6 +57,8 @@ type CreateVolume struct {
 	UUID         ID16     `json:"uuid"`
 	NGUID        ID16     `json:"nguid"`
 	Created      string   `json:"created"`
+	// QoS are the volume's I/O limits (command_qos.go); zero: none.
+	QoS qos.Limits `json:"qos,omitzero"`
 }
 
 // Result is what applying a command produced, returned to its proposer.
@@ -104,6 +110,9 @@ func (c *Command) Validate() error {
 				return err
 			}
 		}
+		return ValidateQoS(cv.QoS)
+	case OpSetQoS:
+		return c.validateQoS()
 	case OpDeleteVolume, OpReplicaGrown:
 		return ValidateVolumeName(c.Volume)
 	case OpResizeVolume:
@@ -155,6 +164,8 @@ func (s *State) apply(c *Command) (Result, error) {
 		}
 	case OpReplicaGrown:
 		v.replicaGrown(c.ID, c.NodeID, c.Size)
+	case OpSetQoS:
+		v.QoS = c.QoS.Apply(v.QoS)
 	case OpAddHost:
 		if !slices.Contains(v.Hosts, c.Host) {
 			v.Hosts = append(v.Hosts, c.Host)
@@ -189,7 +200,7 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 	v := &Volume{
 		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
 		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost || len(cv.Hosts) == 0, ANAGroup: ana,
-		State: VolumeActive, Created: cv.Created,
+		State: VolumeActive, Created: cv.Created, QoS: cv.QoS,
 	}
 	v.Hosts = slices.Clone(cv.Hosts)
 	slices.Sort(v.Hosts)
