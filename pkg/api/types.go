@@ -10,6 +10,7 @@ import (
 
 	"basalt/pkg/cluster"
 	"basalt/pkg/config"
+	"basalt/pkg/qos"
 )
 
 // Size is a byte count; in JSON a number of bytes or a string like "4GiB".
@@ -45,6 +46,8 @@ type CreateVolumeRequest struct {
 	RF int `json:"rf,omitempty"`
 	// Hosts are the host NQNs allowed to connect; none admits any host.
 	Hosts []string `json:"hosts,omitempty"`
+	// QoS are the volume's I/O limits (qos.go); absent: none.
+	QoS qos.Limits `json:"qos,omitzero"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.
