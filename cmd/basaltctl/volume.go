@@ -12,7 +12,8 @@ import (
 
 func volumeCmd(o *options) *cobra.Command {
 	return group("volume", "Replicated volumes",
-		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o))
+		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o),
+		volumeQoSCmd(o)) // qos.go
 }
 
 func parseSize(s string) (int64, error) {
@@ -30,6 +31,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var size string
 	var rf int
 	var hosts []string
+	var q *qosFlags // qos.go
 	c := &cobra.Command{
 		Use:   "create NAME --size SIZE",
 		Short: "Create a volume replicated on --rf nodes (default 3); without --host any host may connect",
@@ -39,9 +41,14 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			limits, err := q.limits()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := o.ctx()
 			defer cancel()
-			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts})
+			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
+				QoS: limits})
 			if err != nil {
 				return err
 			}
@@ -51,6 +58,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	c.Flags().StringVar(&size, "size", "", "size, like 4GiB (required)")
 	c.Flags().IntVar(&rf, "rf", 0, "replication factor 1..3 (default: 3, or the number of nodes if fewer)")
 	c.Flags().StringArrayVar(&hosts, "host", nil, "host NQN allowed to connect (repeat for several)")
+	q = addQoSFlags(c)
 	return c
 }
 
