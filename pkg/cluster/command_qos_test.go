@@ -54,3 +54,36 @@ func TestQoSRefusesInvalidLimits(t *testing.T) {
 		t.Fatalf("a refused change left limits: %v", v.QoS)
 	}
 }
+
+// FuzzSetQoSCommand: whatever set_qos entry arrives, applying it never
+// leaves a volume with limits that do not validate, and a refused one
+// changes nothing.
+func FuzzSetQoSCommand(f *testing.F) {
+	for _, ch := range []*QoSChange{
+		{IOPS: &qos.Limit{Rate: 20000}},
+		{WriteBytes: &qos.Limit{Rate: 400_000_000, Burst: 1 << 30}, ReadIOPS: &qos.Limit{}},
+		{Bytes: &qos.Limit{Burst: 1}},
+	} {
+		b, _ := (&Command{Op: OpSetQoS, Volume: "a", QoS: ch}).Encode()
+		f.Add(b)
+	}
+	f.Add([]byte(`{"op":"set_qos","volume":"a","qos":{"iops":{"rate":18446744073709551615}}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m := machineWith(t, &MemoryPersister{}, register(1), create("a", 1))
+		before := m.State().Volumes["a"].QoS
+		c, derr := DecodeCommand(b)
+		if err := m.Apply(t.Context(), m.AppliedIndex()+1, b); err != nil {
+			t.Fatal(err)
+		}
+		v := m.State().Volumes["a"]
+		if v == nil {
+			return // the entry deleted it
+		}
+		if err := v.QoS.Validate(); err != nil {
+			t.Fatalf("the state holds invalid limits %v: %v", v.QoS, err)
+		}
+		if derr == nil && c.Op == OpSetQoS && c.Validate() != nil && v.QoS != before {
+			t.Fatalf("a refused set_qos changed the limits to %v", v.QoS)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -60,13 +61,20 @@ type loadResult struct {
 	samples int
 }
 
-func (r loadResult) iops() float64 { return float64(r.ops) / r.window.Seconds() }
+func (r loadResult) iops() float64 {
+	if r.window == 0 {
+		return 0
+	}
+	return float64(r.ops) / r.window.Seconds()
+}
 
-// load keeps depth 4 KiB random writes outstanding on v for warm+window
-// and counts the completions within the window (after warm), with their
-// latencies (from the command's issue to its completion, its throttled
-// wait included).
-func load(v *Volume, depth int, warm, window time.Duration, seed uint64) loadResult {
+// load keeps depth 4 KiB random writes (or reads) outstanding on v for
+// warm+window and counts the completions within the window (after warm),
+// with their latencies (from the command's issue to its completion, its
+// throttled wait included). Writes go through WriteAtAsync, as the target
+// sends them; reads through ReadAt on a goroutine per command slot, as the
+// target's queue workers do.
+func load(v *Volume, dir qos.Dir, depth int, warm, window time.Duration, seed uint64) loadResult {
 	var (
 		mu      sync.Mutex
 		lats    []time.Duration
@@ -87,7 +95,7 @@ func load(v *Volume, depth int, warm, window time.Duration, seed uint64) loadRes
 			return
 		}
 		off := rng.Int64N(blocks) * 4096
-		v.WriteAtAsync(buffers[slot], off, 0, func(err error) {
+		done := func(err error) {
 			now := time.Now()
 			if err != nil {
 				errs.Add(1)
@@ -98,6 +106,14 @@ func load(v *Volume, depth int, warm, window time.Duration, seed uint64) loadRes
 				lats = append(lats, now.Sub(at))
 				mu.Unlock()
 			}
+		}
+		if dir == qos.Read {
+			done(v.ReadAt(context.Background(), buffers[slot], off))
+			issue(slot, rng)
+			return
+		}
+		v.WriteAtAsync(buffers[slot], off, 0, func(err error) {
+			done(err)
 			go issue(slot, rng) // never on the group's loop
 		})
 	}
@@ -116,11 +132,11 @@ func load(v *Volume, depth int, warm, window time.Duration, seed uint64) loadRes
 }
 
 // loadSideBySide runs load on every volume at once.
-func loadSideBySide(vols []*Volume, depth int, warm, window time.Duration) []loadResult {
+func loadSideBySide(vols []*Volume, dir qos.Dir, depth int, warm, window time.Duration) []loadResult {
 	out := make([]loadResult, len(vols))
 	var wg sync.WaitGroup
 	for i, v := range vols {
-		wg.Go(func() { out[i] = load(v, depth, warm, window, uint64(i+1)) })
+		wg.Go(func() { out[i] = load(v, dir, depth, warm, window, uint64(i+1)) })
 	}
 	wg.Wait()
 	return out
@@ -128,7 +144,7 @@ func loadSideBySide(vols []*Volume, depth int, warm, window time.Duration) []loa
 
 // TestQoSLimitWithinFivePercent is the limiter's accuracy on the real I/O
 // path: two volumes on one node, both at queue depth 32, one limited to N
-// write IOPS, the other unlimited, side by side. Over a 6 s window after
+// write (then read) IOPS, the other unlimited, side by side. Over a 6 s window after
 // the burst is spent, the limited one completes N per second within 5%;
 // the unlimited one is not held to N. A bucket lets at most Burst + N×T
 // through in a window of T, so the burst (N/5) can add at most 3.3% here.
@@ -141,14 +157,25 @@ func TestQoSLimitWithinFivePercent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 5 s load")
 	}
+	for _, dir := range []qos.Dir{qos.Write, qos.Read} {
+		t.Run(dir.String(), func(t *testing.T) { testLimitWithinFivePercent(t, dir) })
+	}
+}
+
+func testLimitWithinFivePercent(t *testing.T, dir qos.Dir) {
 	const n = 250
 	vols := newQoSNode(t, 2)
-	if err := vols[0].SetQoS(qos.Limits{WriteIOPS: qos.Limit{Rate: n, Burst: n / 5}}); err != nil {
+	lim := qos.Limit{Rate: n, Burst: n / 5}
+	limits := qos.Limits{WriteIOPS: lim}
+	if dir == qos.Read {
+		limits = qos.Limits{ReadIOPS: lim}
+	}
+	if err := vols[0].SetQoS(limits); err != nil {
 		t.Fatal(err)
 	}
-	res := loadSideBySide(vols, 32, time.Second, 6*time.Second)
+	res := loadSideBySide(vols, dir, 32, time.Second, 6*time.Second)
 	limited, free := res[0], res[1]
-	t.Logf("limited to %d: %.0f IOPS (p99 %v); unlimited: %.0f IOPS (p99 %v)", n, limited.iops(), limited.p99,
+	t.Logf("%ss limited to %d: %.0f IOPS (p99 %v); unlimited: %.0f IOPS (p99 %v)", dir, n, limited.iops(), limited.p99,
 		free.iops(), free.p99)
 	if limited.errs+free.errs != 0 {
 		t.Fatalf("%d and %d writes failed: a throttled command must wait, never fail", limited.errs, free.errs)
@@ -156,10 +183,10 @@ func TestQoSLimitWithinFivePercent(t *testing.T) {
 	if got := limited.iops(); got < 0.95*n || got > 1.05*n {
 		t.Fatalf("the limited volume did %.0f IOPS, want %d ± 5%%", got, n)
 	}
-	if s := vols[0].Counters().QoS().Stats(qos.Write); s.Throttled == 0 || s.Overruns != 0 {
+	if s := vols[0].Counters().QoS().Stats(dir); s.Throttled == 0 || s.Overruns != 0 {
 		t.Fatalf("limited volume's counters %+v: want throttled commands and no overrun", s)
 	}
-	if s := vols[1].Counters().QoS().Stats(qos.Write); s.Throttled != 0 {
+	if s := vols[1].Counters().QoS().Stats(dir); s.Throttled != 0 {
 		t.Fatalf("the unlimited volume was throttled: %+v", s)
 	}
 }
@@ -182,10 +209,10 @@ func BenchmarkQoSIsolation(b *testing.B) {
 			}
 			var victim, noisy loadResult
 			if run.noisy {
-				res := loadSideBySide(vols, 32, 500*time.Millisecond, 2*time.Second)
+				res := loadSideBySide(vols, qos.Write, 32, 500*time.Millisecond, 2*time.Second)
 				victim, noisy = res[0], res[1]
 			} else {
-				victim = load(vols[0], 32, 500*time.Millisecond, 2*time.Second, 1)
+				victim = load(vols[0], qos.Write, 32, 500*time.Millisecond, 2*time.Second, 1)
 			}
 			b.Logf("%-20s victim %7.0f IOPS p99 %-10v noisy %7.0f IOPS", run.name, victim.iops(), victim.p99, noisy.iops())
 			b.ReportMetric(victim.iops(), fmt.Sprintf("victim_iops_%s", run.name))

@@ -147,3 +147,37 @@ func TestQoSSyncPathsWait(t *testing.T) {
 		t.Fatalf("nothing throttled: read %+v write %+v", r, w)
 	}
 }
+
+// TestQoSNewLeaderEnforcesAtOnce: every replica holds the limits (the
+// cluster sets them on every node), so the node that takes over the lead
+// throttles its first commands past the burst.
+func TestQoSNewLeaderEnforcesAtOnce(t *testing.T) {
+	c := newSimCluster(t, 5)
+	for _, id := range members {
+		c.start(id, newMemory(t, simVolumeSize))
+	}
+	old := c.leader()
+	for _, v := range c.vols {
+		if err := v.SetQoS(qos.Limits{IOPS: qos.Limit{Rate: 10, Burst: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := members[0]
+	if next == old {
+		next = members[1]
+	}
+	c.vols[old].Group().TransferLeadership(next)
+	c.runUntil(5*time.Second, "the new leader", func() bool { return c.vols[next].Group().IsLeader() })
+	nv := c.vols[next]
+	var first, second error = errPending, errPending
+	nv.WriteAtAsync(make([]byte, 4096), 0, 0, func(err error) { first = err })
+	nv.WriteAtAsync(make([]byte, 4096), 4096, 0, func(err error) { second = err })
+	c.run(50 * time.Millisecond)
+	if first != nil || second != errPending {
+		t.Fatalf("on the new leader after 50ms: first %v, second %v (want held for 100ms)", first, second)
+	}
+	c.runUntil(time.Second, "the held write", func() bool { return second != errPending })
+	if second != nil {
+		t.Fatal(second)
+	}
+}
