@@ -18,7 +18,12 @@ import (
 // held in the throttle's queue (qos.Throttle.Defer) and proposed, or its
 // barrier started, from the throttle's goroutine when it may go. The
 // blocking paths (ReadAt, WriteAt, Trim, WriteZeroes) wait on their
-// caller's goroutine (a target worker). A node that does not lead refuses
+// caller's goroutine (a target worker). A held write keeps its proposal
+// (the copy WriteAtAsync makes of its data, as for any write) in memory
+// until it goes: at most the host's outstanding commands, which the
+// target's queue depth bounds, and for at most qos.MaxWait; then every
+// held command completes, so a volume's teardown waits for none of them
+// longer than that. A node that does not lead refuses
 // the command as before, without waiting: the host's retry on another path
 // is not delayed by a limit. Flush is not limited (it moves no data).
 //
