@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -99,6 +100,19 @@ func megabytes(flag string, mbps float64) func() (uint64, error) {
 	}
 }
 
+// send changes the limits the flags name on volume name and returns the
+// volume; sent is false, and nothing is sent, when they name none. A verb
+// that changes other settings of a volume as well (volume set) registers
+// the flags with addQoSFlags and calls send beside its own change.
+func (q *qosFlags) send(ctx context.Context, o *options, name string) (v api.VolumeView, sent bool, err error) {
+	ch, err := q.change()
+	if err != nil || ch == nil {
+		return v, false, err
+	}
+	v, err = o.client().SetQoS(ctx, name, *ch)
+	return v, err == nil, err
+}
+
 // limits returns the limits the flags give a new volume.
 func (q *qosFlags) limits() (qos.Limits, error) {
 	ch, err := q.change()
@@ -120,18 +134,14 @@ func volumeQoSSetCmd(o *options) *cobra.Command {
 		Short: "Change a volume's limits online; the limits not given stay, 0 removes one",
 		Args:  exactArgs("NAME"),
 		RunE: func(_ *cobra.Command, args []string) error {
-			ch, err := q.change()
-			if err != nil {
-				return err
-			}
-			if ch == nil {
-				return usageError{fmt.Errorf("give at least one --max-… flag (0 removes a limit)")}
-			}
 			ctx, cancel := o.ctx()
 			defer cancel()
-			v, err := o.client().SetQoS(ctx, args[0], *ch)
+			v, sent, err := q.send(ctx, o, args[0])
 			if err != nil {
 				return err
+			}
+			if !sent {
+				return usageError{fmt.Errorf("give at least one --max-… flag (0 removes a limit)")}
 			}
 			return o.print(v, func(w io.Writer) { printQoS(w, v) })
 		},
