@@ -7,6 +7,10 @@ import (
 
 const nanosPerSecond = 1e9
 
+// maxSpan bounds a bucket's burst in nanoseconds and a throttle's bound on
+// waiting (2^61 ns, 73 years), so that a time plus both never overflows.
+const maxSpan = 1 << 61
+
 // bucket is one Limit as the generic cell rate algorithm keeps it (doc.go,
 // "Buckets"); times are nanoseconds of the throttle's clock since its
 // epoch. The zero bucket (rate 0) is unlimited.
@@ -51,11 +55,11 @@ func (b *bucket) set(lim Limit, now, maxWait int64) {
 		return
 	}
 	tau, _ := duration(lim.EffectiveBurst(), lim.Rate, 0)
-	nb := bucket{rate: lim.Rate, tau: tau, tat: now}
+	nb := bucket{rate: lim.Rate, tau: min(tau, maxSpan), tat: now}
 	if b.rate != 0 && b.tat > now {
 		tokens := mulDiv(uint64(b.tat-now), b.rate, nanosPerSecond)
 		d, _ := duration(tokens, lim.Rate, 0)
-		nb.tat = now + min(d, tau+maxWait)
+		nb.tat = now + min(d, nb.tau+maxWait)
 	}
 	*b = nb
 }

@@ -83,6 +83,7 @@ func NewThrottle(clk clock.Clock, counters *Counters, maxWait time.Duration) *Th
 	if maxWait <= 0 {
 		maxWait = MaxWait
 	}
+	maxWait = min(maxWait, maxSpan)
 	t := &Throttle{clock: clk, epoch: clk.Now(), maxWait: int64(maxWait), counters: counters,
 		kick: make(chan struct{}, 1)}
 	t.timers.New = func() any {
@@ -130,9 +131,10 @@ func (t *Throttle) Set(l Limits) {
 func (t *Throttle) now() int64 { return int64(t.clock.Since(t.epoch)) }
 
 // reserveLocked takes a command of n bytes in direction d from its buckets
-// and returns how long it must wait (0: none), counting it.
-func (t *Throttle) reserveLocked(d Dir, n int) time.Duration {
-	now := t.now()
+// and returns how long it must wait (0: none) from now, the throttle's
+// time it read, counting it.
+func (t *Throttle) reserveLocked(d Dir, n int) (wait time.Duration, now int64) {
+	now = t.now()
 	b := &t.mu.buckets
 	cost := uint64(max(n, 0))
 	iops, bytes := kindReadIOPS, kindReadBytes
@@ -142,7 +144,7 @@ func (t *Throttle) reserveLocked(d Dir, n int) time.Duration {
 	release := max(b[kindIOPS].reserve(now, 1), b[iops].reserve(now, 1),
 		b[kindBytes].reserve(now, cost), b[bytes].reserve(now, cost))
 	if release <= now {
-		return 0
+		return 0, now
 	}
 	c := &t.counters.dir[d]
 	if release-now > t.maxWait {
@@ -152,10 +154,9 @@ func (t *Throttle) reserveLocked(d Dir, n int) time.Duration {
 		}
 		c.overruns.Add(1)
 	}
-	wait := release - now
 	c.throttled.Add(1)
-	c.waited.Add(wait)
-	return time.Duration(wait)
+	c.waited.Add(release - now)
+	return time.Duration(release - now), now
 }
 
 // Reserve takes a command of n bytes in direction d from the buckets and
@@ -167,7 +168,8 @@ func (t *Throttle) Reserve(d Dir, n int) time.Duration {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.reserveLocked(d, n)
+	wait, _ := t.reserveLocked(d, n)
+	return wait
 }
 
 // Wait blocks until a command of n bytes in direction d may go, or until
@@ -202,12 +204,12 @@ func (t *Throttle) Defer(d Dir, n int, resume func()) bool {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	wait := t.reserveLocked(d, n)
+	wait, now := t.reserveLocked(d, n)
 	if wait == 0 {
 		return false
 	}
 	t.mu.seq++
-	head := t.mu.queue.push(deferred{release: t.now() + int64(wait), seq: t.mu.seq, resume: resume})
+	head := t.mu.queue.push(deferred{release: now + int64(wait), seq: t.mu.seq, resume: resume})
 	switch {
 	case !t.mu.running:
 		t.mu.running = true

@@ -326,3 +326,20 @@ func TestExtremeLimitsDoNotOverflow(t *testing.T) {
 		clk.Advance(time.Hour)
 	}
 }
+
+func TestHugeBurstAtLowRateDoesNotOverflow(t *testing.T) {
+	th, clk := newTest(t, Limits{ReadIOPS: Limit{Rate: 1, Burst: MaxRate}, WriteBytes: Limit{Rate: 1, Burst: MaxRate}})
+	for i := range 1000 {
+		if w := th.Reserve(Read, 0); w != 0 {
+			t.Fatalf("command %d within a burst of 2^50 waits %v", i, w)
+		}
+		if w := th.Reserve(Write, 1<<20); w != 0 {
+			t.Fatalf("write %d within a burst of 2^50 bytes waits %v", i, w)
+		}
+	}
+	th.Set(Limits{ReadIOPS: Limit{Rate: 1, Burst: 1}, WriteBytes: Limit{Rate: 1, Burst: MaxRate}})
+	clk.Advance(time.Second)
+	if w := th.Reserve(Read, 0); w < 0 || w > MaxWait {
+		t.Fatalf("after lowering the burst: wait %v", w)
+	}
+}
