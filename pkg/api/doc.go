@@ -10,13 +10,16 @@
 //	                                               next due, progress, repaired/unrecoverable)
 //	GET     /v1/volumes                            []VolumeView
 //	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
-//	                                               {"name","size" (bytes or "4GiB"),"rf","hosts"}
+//	                                               {"name","size" (bytes or "4GiB"),"rf","hosts",
+//	                                               "qos" (qos.Limits)}
 //	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
 //	                                               per node, nvme connect commands
 //	DELETE  /v1/volumes/{name}                     {"deleted": name}; the data goes everywhere
 //	POST    /v1/volumes/{name}/resize              200, or 202 while replicas grow; body {"size"}
 //	POST    /v1/volumes/{name}/hosts/{nqn}         VolumeView; the volume admits only listed hosts
 //	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left)
+//	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
+//	                                               limits it names replace the volume's (qos.go)
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
 //	                                               node and its scrub schedule
 //	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild

@@ -84,7 +84,9 @@ func (v *Volume) deferRead(g *replication.Group, c *completion) {
 }
 
 // resume is what a deferred command does once the throttle lets it go: a
-// write's proposal, or a read's barrier.
+// write's proposal, or a read's barrier. A proposal may wait for room in
+// the group's queue (replication's back-pressure); only this volume's held
+// commands wait behind it.
 func (c *completion) resume() {
 	g, entry := c.g, c.entry
 	c.g, c.entry = nil, nil
