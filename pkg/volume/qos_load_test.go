@@ -2,6 +2,7 @@ package volume
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -235,6 +236,27 @@ func BenchmarkQoSIsolation(b *testing.B) {
 			if c.noisy {
 				b.ReportMetric(median(noisyIOPS[i]), "noisy_iops_"+c.name)
 			}
+		}
+	}
+}
+
+// BenchmarkQoSAccuracy is the accuracy figure: a volume limited to N write
+// IOPS (burst N/10) beside an unlimited one, both at queue depth 32 on one
+// node, for several N; it reports the IOPS the limited one achieved over a
+// 3 s window as a fraction of N, and the unlimited neighbour's IOPS. Run
+// it with -benchtime 1x.
+func BenchmarkQoSAccuracy(b *testing.B) {
+	for b.Loop() {
+		for _, n := range []uint64{1000, 5000, 20000} {
+			vols := newQoSNode(b, 2)
+			if err := vols[0].SetQoS(qos.Limits{WriteIOPS: qos.Limit{Rate: n, Burst: n / 10}}); err != nil {
+				b.Fatal(err)
+			}
+			res := loadSideBySide(vols, qos.Write, 32, 500*time.Millisecond, 3*time.Second)
+			s := vols[0].Counters().QoS().Stats(qos.Write)
+			b.Logf("limit %6d: achieved %8.0f IOPS (%.4f of the limit, p99 %v), %d overruns; unlimited neighbour %8.0f IOPS (p99 %v)",
+				n, res[0].iops(), res[0].iops()/float64(n), res[0].p99, s.Overruns, res[1].iops(), res[1].p99)
+			b.ReportMetric(res[0].iops()/float64(n), fmt.Sprintf("achieved/limit_%d", n))
 		}
 	}
 }
