@@ -51,4 +51,11 @@
 // (Wait) or in the throttle's queue, served by one goroutine per throttle
 // that runs only while the queue is not empty (Defer). Neither allocates
 // per command.
+//
+// Every wait is computed from the throttle's clock (pkg/clock), so with a
+// clock.Manual the waits, releases and counters are exact and
+// reproducible; Defer's goroutine is the one part a test does not drive
+// itself: it sleeps on a timer of that clock, so a test advances the clock
+// past a release (clock.Manual.BlockUntil tells when the timer is armed)
+// and then waits for the command to resume.
 package qos
