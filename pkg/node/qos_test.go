@@ -75,20 +75,36 @@ func TestQoSEndToEnd(t *testing.T) {
 	lc, fc := dial(limited), dial(free)
 	defer lc.Close()
 	defer fc.Close()
+	// measure asserts the limit within 5%: above is always a failure;
+	// below, or an unlimited volume held near the limit, is one unless the
+	// machine could not give the volumes that much meanwhile (a machine
+	// shared with other work): the process stalled longer than 100 ms (the
+	// limited volume's queue of 32 and its burst cover more than that), or
+	// the unlimited volume beside it did not reach 1.5 times the limit.
+	// Then the window is measured again, twice at most.
 	measure := func(want float64) {
 		t.Helper()
-		var wg sync.WaitGroup
-		var got [2]float64
-		for i, c := range []*host.Controller{lc, fc} {
-			wg.Go(func() { got[i] = hostWrites(t, ctx, c, 32, time.Second, 6*time.Second) })
-		}
-		wg.Wait()
-		t.Logf("limited to %.0f: %.0f IOPS; unlimited beside it: %.0f IOPS", want, got[0], got[1])
-		if got[0] < 0.95*want || got[0] > 1.05*want {
-			t.Fatalf("the limited volume did %.0f write IOPS over NVMe/TCP, want %.0f ± 5%%", got[0], want)
-		}
-		if got[1] < 1.5*want {
-			t.Fatalf("the unlimited volume did only %.0f IOPS beside the limited one", got[1])
+		for attempt := 1; ; attempt++ {
+			stalls := watchStalls()
+			var wg sync.WaitGroup
+			var got [2]float64
+			for i, c := range []*host.Controller{lc, fc} {
+				wg.Go(func() { got[i] = hostWrites(t, ctx, c, 32, time.Second, 6*time.Second) })
+			}
+			wg.Wait()
+			worst := stalls.stop()
+			t.Logf("limited to %.0f: %.0f IOPS; unlimited beside it: %.0f IOPS; longest stall %v", want, got[0], got[1], worst)
+			switch {
+			case got[0] > 1.05*want:
+				t.Fatalf("the limited volume did %.0f write IOPS over NVMe/TCP, above %.0f + 5%%", got[0], want)
+			case got[0] >= 0.95*want && got[1] >= 1.5*want:
+				return
+			case (worst >= 100*time.Millisecond || got[1] < 1.5*want) && attempt < 3:
+				t.Logf("the machine was short (longest stall %v, the unlimited volume %.0f IOPS): again", worst, got[1])
+			default:
+				t.Fatalf("the limited volume did %.0f write IOPS over NVMe/TCP (want %.0f ± 5%%), the unlimited one %.0f (want above %.0f); longest stall %v",
+					got[0], want, got[1], 1.5*want, worst)
+			}
 		}
 	}
 	measure(limit)
@@ -147,4 +163,37 @@ func hostWrites(t *testing.T, ctx context.Context, c *host.Controller, depth int
 		t.Fatalf("%d writes failed (the first: %v): a throttled command waits, never fails", errs.Load(), *first.Load())
 	}
 	return float64(ops.Load()) / window.Seconds()
+}
+
+// stallWatch measures the longest time the process ran none of its
+// goroutines (how late a 5 ms ticker's goroutine wakes).
+type stallWatch struct {
+	done  chan struct{}
+	worst chan time.Duration
+}
+
+func watchStalls() *stallWatch {
+	w := &stallWatch{done: make(chan struct{}), worst: make(chan time.Duration, 1)}
+	go func() {
+		const tick = 5 * time.Millisecond
+		tk := time.NewTicker(tick)
+		defer tk.Stop()
+		last, worst := time.Now(), time.Duration(0)
+		for {
+			select {
+			case <-w.done:
+				w.worst <- worst
+				return
+			case <-tk.C:
+				now := time.Now()
+				worst, last = max(worst, now.Sub(last)-tick), now
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stallWatch) stop() time.Duration {
+	close(w.done)
+	return <-w.worst
 }

@@ -190,15 +190,7 @@ func testBandwidthWithinFivePercent(t *testing.T) {
 	}
 	spec := qd32(qos.Write, time.Second, 6*time.Second)
 	spec.size = size
-	res := loadSideBySide(vols, spec)
-	got := res[0].iops() * size
-	t.Logf("write bandwidth limited to %d bytes/s: %.0f bytes/s; unlimited: %.0f bytes/s", n, got, res[1].iops()*size)
-	if res[0].errs+res[1].errs != 0 {
-		t.Fatalf("%d and %d writes failed", res[0].errs, res[1].errs)
-	}
-	if got < 0.95*n || got > 1.05*n {
-		t.Fatalf("the limited volume wrote %.0f bytes/s, want %d ± 5%%", got, n)
-	}
+	assertWithinFivePercent(t, vols, spec, n, "write bytes/s", func(r loadResult) float64 { return r.iops() * size })
 }
 
 func testLimitWithinFivePercent(t *testing.T, dir qos.Dir) {
@@ -212,22 +204,89 @@ func testLimitWithinFivePercent(t *testing.T, dir qos.Dir) {
 	if err := vols[0].SetQoS(limits); err != nil {
 		t.Fatal(err)
 	}
-	res := loadSideBySide(vols, qd32(dir, time.Second, 6*time.Second))
-	limited, free := res[0], res[1]
-	t.Logf("%ss limited to %d: %.0f IOPS (p99 %v); unlimited: %.0f IOPS (p99 %v)", dir, n, limited.iops(), limited.p99,
-		free.iops(), free.p99)
-	if limited.errs+free.errs != 0 {
-		t.Fatalf("%d and %d writes failed: a throttled command must wait, never fail", limited.errs, free.errs)
-	}
-	if got := limited.iops(); got < 0.95*n || got > 1.05*n {
-		t.Fatalf("the limited volume did %.0f IOPS, want %d ± 5%%", got, n)
-	}
+	assertWithinFivePercent(t, vols, qd32(dir, time.Second, 6*time.Second), n, dir.String()+" IOPS", loadResult.iops)
 	if s := vols[0].Counters().QoS().Stats(dir); s.Throttled == 0 || s.Overruns != 0 {
 		t.Fatalf("limited volume's counters %+v: want throttled commands and no overrun", s)
 	}
 	if s := vols[1].Counters().QoS().Stats(dir); s.Throttled != 0 {
 		t.Fatalf("the unlimited volume was throttled: %+v", s)
 	}
+}
+
+// stallLimit is the longest the test process may stall (no goroutine of it
+// run) before a shortfall of the limited volume is the machine's and not
+// the limiter's: its queue of 32 commands and its burst cover 328 ms at
+// 250 per second (a command queued in the throttle goes as soon as the
+// process runs again, a bucket refills up to its burst), so a stall shorter
+// than that loses no token.
+const stallLimit = 100 * time.Millisecond
+
+// assertWithinFivePercent runs spec on vols side by side, vols[0] limited
+// to n per second of what rate reads from a result, and asserts that it
+// got n within 5%. Above is always a failure (a bucket lets at most
+// Burst + n×T through in a window of T, however the process is
+// scheduled); below is one unless the machine could not give the volumes
+// that much meanwhile (a machine shared with other work): the process
+// stalled longer than stallLimit (then the volume had no command to let
+// through), or the unlimited volume beside it did not reach 1.5 times the
+// limit. Then the run is repeated, twice at most.
+func assertWithinFivePercent(t *testing.T, vols []*Volume, spec loadSpec, n float64, what string, rate func(loadResult) float64) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		stalls := watchStalls()
+		res := loadSideBySide(vols, spec)
+		worst := stalls.stop()
+		got := rate(res[0])
+		t.Logf("%s limited to %.0f: %.0f (p99 %v); unlimited beside it: %.0f (p99 %v); longest stall %v", what, n, got,
+			res[0].p99, rate(res[1]), res[1].p99, worst)
+		if res[0].errs+res[1].errs != 0 {
+			t.Fatalf("%d and %d commands failed: a throttled command must wait, never fail", res[0].errs, res[1].errs)
+		}
+		switch {
+		case got > 1.05*n:
+			t.Fatalf("the limited volume did %.0f %s, above %.0f + 5%%", got, what, n)
+		case got >= 0.95*n:
+			return
+		case (worst >= stallLimit || rate(res[1]) < 1.5*n) && attempt < 3:
+			t.Logf("short of %.0f - 5%%, but the machine was short too (longest stall %v, the unlimited volume %.0f): again",
+				n, worst, rate(res[1]))
+		default:
+			t.Fatalf("the limited volume did %.0f %s, below %.0f - 5%% (longest stall %v)", got, what, n, worst)
+		}
+	}
+}
+
+// stallWatch measures the longest time the process ran none of its
+// goroutines (how late a 5 ms ticker's goroutine wakes).
+type stallWatch struct {
+	done  chan struct{}
+	worst chan time.Duration
+}
+
+func watchStalls() *stallWatch {
+	w := &stallWatch{done: make(chan struct{}), worst: make(chan time.Duration, 1)}
+	go func() {
+		const tick = 5 * time.Millisecond
+		tk := time.NewTicker(tick)
+		defer tk.Stop()
+		last, worst := time.Now(), time.Duration(0)
+		for {
+			select {
+			case <-w.done:
+				w.worst <- worst
+				return
+			case <-tk.C:
+				now := time.Now()
+				worst, last = max(worst, now.Sub(last)-tick), now
+			}
+		}
+	}()
+	return w
+}
+
+func (w *stallWatch) stop() time.Duration {
+	close(w.done)
+	return <-w.worst
 }
 
 // BenchmarkQoSIsolation is the isolation figure: on one node a victim
