@@ -12,7 +12,8 @@ import (
 
 func volumeCmd(o *options) *cobra.Command {
 	return group("volume", "Replicated volumes",
-		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o), volumeSetCmd(o))
+		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o), volumeSetCmd(o),
+		volumeQoSCmd(o)) // qos.go
 }
 
 func parseSize(s string) (int64, error) {
@@ -31,6 +32,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var rf int
 	var hosts []string
 	var anyHost bool
+	var q *qosFlags // qos.go
 	c := &cobra.Command{
 		Use: "create NAME --size SIZE",
 		Short: "Create a volume replicated on --rf nodes (default 3); it admits no host until one is listed " +
@@ -41,10 +43,14 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			limits, err := q.limits()
+			if err != nil {
+				return err
+			}
 			ctx, cancel := o.ctx()
 			defer cancel()
 			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
-				AllowAnyHost: anyHost})
+				AllowAnyHost: anyHost, QoS: limits})
 			if err != nil {
 				return err
 			}
@@ -56,6 +62,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	c.Flags().StringArrayVar(&hosts, "host", nil, "host NQN allowed to connect (repeat for several; "+
 		"give it credentials with basaltctl host add)")
 	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp)
+	q = addQoSFlags(c)
 	return c
 }
 

@@ -11,7 +11,8 @@
 //	GET     /v1/volumes                            []VolumeView
 //	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
 //	                                               {"name","size" (bytes or "4GiB"),"rf","hosts",
-//	                                               "allow_any_host"}; no hosts: nobody may connect
+//	                                               "allow_any_host"}; no hosts: nobody may connect;
+//	                                               "qos" (qos.Limits)
 //	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
 //	                                               per node, nvme connect commands, host_auth
 //	PATCH   /v1/volumes/{name}                     VolumeView; body VolumeSettings {"allow_any_host"}
@@ -23,6 +24,8 @@
 //	                                               whole (rotation); generated ones returned once
 //	DELETE  /v1/volumes/{name}/hosts/{nqn}         VolumeView (a note if no host is left); the
 //	                                               host's credentials go with it
+//	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
+//	                                               limits it names replace the volume's (qos.go)
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
 //	                                               node and its scrub schedule
 //	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild

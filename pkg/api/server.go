@@ -82,6 +82,7 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/local", map[string]handler{"GET": s.getLocal})
 	s.route("/v1/internal/commands", map[string]handler{"POST": s.postCommand})
 	s.driveRoutes()
+	s.qosRoutes() // qos.go
 	s.nodeRoutes()
 	s.peerReadRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -94,7 +95,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
 			Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path),
-			Hint:    "endpoints: /v1/cluster, /v1/nodes, /v1/volumes[/NAME[/resize|/hosts/NQN]], /metrics"})
+			Hint:    "endpoints: /v1/cluster, /v1/nodes, /v1/volumes[/NAME[/resize|/hosts/NQN|/qos]], /metrics"})
 	})
 	return s
 }
@@ -184,7 +185,7 @@ func (s *Server) createVolume(r *http.Request) (int, any, error) {
 		req.RF = min(cluster.DefaultReplicationFactor, max(1, len(s.c.Nodes())))
 	}
 	cv := &cluster.CreateVolume{Name: req.Name, Size: int64(req.Size), RF: req.RF, Hosts: req.Hosts,
-		AllowAnyHost: req.AllowAnyHost, Created: s.cfg.Clock.Now().UTC().Format(time.RFC3339)}
+		AllowAnyHost: req.AllowAnyHost, Created: s.cfg.Clock.Now().UTC().Format(time.RFC3339), QoS: req.QoS}
 	_, _ = rand.Read(cv.UUID[:])
 	cv.UUID[6] = cv.UUID[6]&0x0F | 0x40 // version 4, RFC 9562
 	cv.UUID[8] = cv.UUID[8]&0x3F | 0x80

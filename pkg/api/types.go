@@ -10,6 +10,7 @@ import (
 
 	"basalt/pkg/cluster"
 	"basalt/pkg/config"
+	"basalt/pkg/qos"
 )
 
 // Size is a byte count; in JSON a number of bytes or a string like "4GiB".
@@ -49,6 +50,8 @@ type CreateVolumeRequest struct {
 	// AllowAnyHost lets every host that can reach a node's NVMe port read
 	// and write the volume, listed or not.
 	AllowAnyHost bool `json:"allow_any_host,omitempty"`
+	// QoS are the volume's I/O limits (qos.go); absent: none.
+	QoS qos.Limits `json:"qos,omitzero"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.

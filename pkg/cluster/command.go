@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"basalt/pkg/qos"
 )
 
 // Op names a metadata command.
@@ -43,6 +45,8 @@ type Command struct {
 	Secrets *HostSecrets `json:"secrets,omitempty"`
 	// Allow is OpSetAllowAnyHost's setting.
 	Allow *bool `json:"allow,omitempty"`
+	// QoS is OpSetQoS's change (command_qos.go).
+	QoS *QoSChange `json:"qos,omitempty"`
 	// Nodes, Learners and State are the membership commands' fields
 	// (command_members.go).
 	Nodes    []NodeID `json:"nodes,omitempty"`
@@ -63,6 +67,8 @@ type CreateVolume struct {
 	UUID         ID16     `json:"uuid"`
 	NGUID        ID16     `json:"nguid"`
 	Created      string   `json:"created"`
+	// QoS are the volume's I/O limits (command_qos.go); zero: none.
+	QoS qos.Limits `json:"qos,omitzero"`
 }
 
 // Result is what applying a command produced, returned to its proposer.
@@ -114,6 +120,9 @@ func (c *Command) Validate() error {
 				return err
 			}
 		}
+		return ValidateQoS(cv.QoS)
+	case OpSetQoS:
+		return c.validateQoS()
 	case OpDeleteVolume, OpReplicaGrown:
 		return ValidateVolumeName(c.Volume)
 	case OpResizeVolume:
@@ -175,6 +184,8 @@ func (s *State) apply(c *Command) (Result, error) {
 		}
 	case OpReplicaGrown:
 		v.replicaGrown(c.ID, c.NodeID, c.Size)
+	case OpSetQoS:
+		v.QoS = c.QoS.Apply(v.QoS)
 	case OpAddHost:
 		note = v.addHost(c.Host, c.Secrets)
 	case OpRemoveHost:
@@ -233,7 +244,7 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 	v := &Volume{
 		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
 		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost, ANAGroup: ana,
-		State: VolumeActive, Created: cv.Created,
+		State: VolumeActive, Created: cv.Created, QoS: cv.QoS,
 	}
 	v.Hosts = slices.Clone(cv.Hosts)
 	slices.Sort(v.Hosts)

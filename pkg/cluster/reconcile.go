@@ -55,6 +55,8 @@ type localVolume struct {
 	stop    chan struct{} // closes the ANA watcher
 	// reporting is set while a replica_grown report is in flight.
 	reporting atomic.Bool
+	// qosUnsupported: repl has no limits, which updateQoS logged (qos.go).
+	qosUnsupported bool
 }
 
 func newReconciler(c *Cluster) *reconciler {
@@ -297,6 +299,7 @@ func (r *reconciler) update(ctx context.Context, lv *localVolume, v *Volume) err
 	lv.spec.Store(v.clone())
 	r.t.SetANAState(v.ANAGroup, r.c.cfg.Port, anaState(lv.group.IsLeader()))
 	r.updateHosts(lv.subsys, v)
+	r.updateQoS(lv, v) // qos.go
 	if want := max(v.Size, v.PendingSize); lv.replica.Size() < want || lv.repl.Size() < want {
 		if err := lv.grow(want); err != nil {
 			return err

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"slices"
+
+	"basalt/pkg/qos"
 )
 
 // LocalStatus is this node's view of itself, served at GET /v1/local and
@@ -46,6 +48,10 @@ type VolumeStatus struct {
 	// Failed is why the volume's Raft group failed on this node (a storage
 	// or state-machine error); the group is fenced, the path inaccessible.
 	Failed string `json:"failed,omitempty"`
+	// QoS are the limits in force on this node's replicated volume (the
+	// leader's are the ones enforced); absent where it has none
+	// (qos.go).
+	QoS *qos.Limits `json:"qos,omitempty"`
 }
 
 // Local returns this node's status.
@@ -81,7 +87,7 @@ func (c *Cluster) Local() LocalStatus {
 			ANAState: c.cfg.Target.ANAState(v.ANAGroup, c.cfg.Port).String(),
 			Leader:   lv.group.Leader(), Raft: lv.group.Status(),
 			Size: lv.export.Size(), ReplicaSize: lv.replica.Size(),
-			Controllers: ctrls[v.NQN()], Error: failures[v.ID],
+			Controllers: ctrls[v.NQN()], Error: failures[v.ID], QoS: lv.qosInForce(),
 		}
 		if vs.Raft.Failed {
 			vs.Failed = vs.Raft.Err

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"basalt/pkg/qos"
 )
 
 // NodeID names a node of the cluster (1..config.MaxNodeID); it is also the
@@ -172,6 +174,9 @@ type Volume struct {
 	State    string `json:"state"`
 	// Created is the time of the create request (RFC 3339, UTC).
 	Created string `json:"created"`
+	// QoS are the volume's I/O limits, enforced by its leader
+	// (command_qos.go); zero: none.
+	QoS qos.Limits `json:"qos,omitzero"`
 }
 
 // VolumeActive is the state of a usable volume.

@@ -95,7 +95,7 @@ func TestDependenciesPointDownward(t *testing.T) {
 	}{
 		{[]string{"target"}, []string{"replication", "pkg/volume", "cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/node", "pkg/nvme/host"}},
 		{[]string{"pkg/nvme"}, []string{"target", "replication", "pkg/volume", "cache", "ec", "pkg/store", "pkg/backend"}},
-		{[]string{"cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/clock", "pkg/backend"}, []string{"target", "replication", "pkg/volume", "pkg/nvme", "pkg/node"}},
+		{[]string{"cache", "ec", "pkg/store", "pkg/disk", "pkg/meta", "pkg/pmem", "pkg/clock", "pkg/backend", "pkg/qos"}, []string{"target", "replication", "pkg/volume", "pkg/nvme", "pkg/node"}},
 		{[]string{"replication"}, []string{"target", "pkg/nvme", "pkg/backend", "pkg/store", "pkg/volume"}},
 		{[]string{"pkg/volume"}, []string{"target", "pkg/nvme", "pkg/node", "pkg/cluster", "pkg/metrics"}},
 		{[]string{"ec"}, []string{"cache", "pkg/store", "pkg/meta"}},

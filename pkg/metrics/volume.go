@@ -18,6 +18,7 @@ type volumes struct {
 
 	ops, errs, bytes, latency, peerRepairs *prometheus.Desc
 	bounds                                 [volume.LatencyBuckets]float64 // seconds
+	qos                                    qosMetrics                     // qos.go
 }
 
 func newVolumes() *volumes {
@@ -38,6 +39,7 @@ func newVolumes() *volumes {
 	for i := range v.bounds {
 		v.bounds[i] = volume.BucketBound(i).Seconds()
 	}
+	v.qos = newQoSMetrics()
 	return v
 }
 
@@ -73,6 +75,7 @@ func (v *volumes) Describe(ch chan<- *prometheus.Desc) {
 	ch <- v.bytes
 	ch <- v.latency
 	ch <- v.peerRepairs
+	v.qos.describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -81,6 +84,7 @@ func (v *volumes) Collect(ch chan<- prometheus.Metric) {
 	defer v.mu.Unlock()
 	for name, c := range v.byName {
 		ch <- prometheus.MustNewConstMetric(v.peerRepairs, prometheus.CounterValue, float64(c.PeerRepairs()), name)
+		v.qos.collect(ch, name, c)
 		for op := range volume.NumOps {
 			s := c.Stats(op)
 			labels := []string{name, op.String()}

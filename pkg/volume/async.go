@@ -35,7 +35,7 @@ func (v *Volume) WriteAtAsync(p []byte, off int64, _ backend.WriteFlags, done fu
 		c.complete(err)
 		return
 	}
-	g.ProposeEntryAsync(encodeOp(opWrite, off, int64(len(p)), p), c.fn)
+	v.deferPropose(g, c, encodeOp(opWrite, off, int64(len(p)), p), len(p)) // qos.go
 }
 
 // TrimAsync is Trim, calling done on the group's loop.
@@ -49,7 +49,7 @@ func (v *Volume) TrimAsync(off, n int64, done func(error)) {
 		c.complete(err)
 		return
 	}
-	g.ProposeEntryAsync(encodeOp(opTrim, off, n, nil), c.fn)
+	v.deferPropose(g, c, encodeOp(opTrim, off, n, nil), 0)
 }
 
 // ReadAtAsync waits for a read barrier, then reads p at off from the local
@@ -67,7 +67,7 @@ func (v *Volume) ReadAtAsync(p []byte, off int64, done func(error)) {
 		return
 	}
 	c.read, c.off = p, off
-	g.ReadBarrierAsync(c.readFn)
+	v.deferRead(g, c) // qos.go
 }
 
 // start returns a completion for an asynchronous op of n bytes, which maps

@@ -8,6 +8,8 @@ import (
 
 	"basalt/pkg/backend"
 	"basalt/pkg/clock"
+	"basalt/pkg/qos"
+	"basalt/replication"
 )
 
 // Op is a kind of I/O a volume counts.
@@ -59,6 +61,7 @@ func bucketOf(d time.Duration) int {
 type Counters struct {
 	op          [NumOps]opCounters
 	peerRepairs atomic.Uint64 // reads served from another replica (peer.go)
+	qos         qos.Counters  // commands the volume's limits held back (qos.go)
 }
 
 type opCounters struct {
@@ -149,6 +152,11 @@ type completion struct {
 	read   []byte
 	off    int64
 	readFn func(error)
+	// A command the volume's limits hold back (qos.go): the group, and a
+	// write's proposal; resumeFn (resume) proposes it or starts the read.
+	g        *replication.Group
+	entry    []byte
+	resumeFn func()
 }
 
 // completions holds the idle completions (its New is set in init: New's
@@ -158,7 +166,7 @@ var completions sync.Pool
 func init() {
 	completions.New = func() any {
 		c := &completion{}
-		c.fn, c.readFn = c.complete, c.readLocal
+		c.fn, c.readFn, c.resumeFn = c.complete, c.readLocal, c.resume
 		return c
 	}
 }
@@ -177,7 +185,7 @@ func (c *completion) complete(err error) {
 	}
 	c.counters.record(c.op, c.n, c.clock.Now().Sub(c.start), err)
 	done := c.done
-	*c = completion{fn: c.fn, readFn: c.readFn}
+	*c = completion{fn: c.fn, readFn: c.readFn, resumeFn: c.resumeFn}
 	completions.Put(c)
 	done(err)
 }

@@ -7,6 +7,7 @@ import (
 
 	"basalt/pkg/backend"
 	"basalt/pkg/clock"
+	"basalt/pkg/qos"
 	"basalt/replication"
 )
 
@@ -44,6 +45,7 @@ type Volume struct {
 	changes   *changeLog             // what applied entries changed, for delta snapshots (changes.go)
 	identity  atomic.Pointer[[]byte] // SnapshotIdentity (delta.go)
 	peer      peerState              // reads from other replicas, repairs (peer.go, repair.go)
+	throttle  *qos.Throttle          // the volume's limits, enforced where it leads (qos.go)
 }
 
 var (
@@ -90,6 +92,7 @@ func Add(h *replication.Host, id replication.GroupID, members []replication.Node
 func newVolume(local backend.Backend, clk clock.Clock) *Volume {
 	v := &Volume{local: local, clock: clk, blockSize: local.BlockSize(), stage: stagerOf(local), changes: newChangeLog()}
 	v.size.Store(local.Size())
+	v.throttle = qos.NewThrottle(clk, &v.counters.qos, 0)
 	return v
 }
 
@@ -162,6 +165,9 @@ func (v *Volume) readAt(ctx context.Context, p []byte, off int64) error {
 	if err != nil {
 		return err
 	}
+	if err := v.throttleWait(ctx, g, qos.Read, len(p)); err != nil {
+		return err
+	}
 	if err := g.ReadBarrier(ctx); err != nil {
 		return err
 	}
@@ -190,6 +196,9 @@ func (v *Volume) writeAt(ctx context.Context, p []byte, off int64) error {
 		return err
 	}
 	if err := v.checkSpace(g, off, int64(len(p))); err != nil {
+		return err
+	}
+	if err := v.throttleWait(ctx, g, qos.Write, len(p)); err != nil {
 		return err
 	}
 	for len(p) > 0 {
@@ -239,6 +248,9 @@ func (v *Volume) propose(ctx context.Context, op Op, kind opKind, off, n int64) 
 	if err == nil {
 		var g *replication.Group
 		if g, err = v.g(); err == nil {
+			err = v.throttleWait(ctx, g, qos.Write, 0)
+		}
+		if err == nil {
 			err = g.ProposeEntry(ctx, encodeOp(kind, off, n, nil))
 		}
 	}

@@ -344,7 +344,8 @@ func (h *handle) TransferLeadership(to cluster.NodeID) {
 // replica; other nodes answer backend.ErrInaccessible.
 type volume struct {
 	backend.Backend
-	h *handle
+	h      *handle
+	limits qosLimits // qos.go
 }
 
 func (v *volume) leaderLocals() ([]backend.Backend, error) {
