@@ -39,7 +39,7 @@ type ResolvedSecrets struct {
 // secretField is one secret of a HostSecret: its inline value and file.
 type secretField struct {
 	name, value, file string
-	parse             func(string) (nvmekey.Key, error)
+	parse             func(string, ...nvmekey.Option) (nvmekey.Key, error)
 }
 
 func (h *HostSecret) fields() []secretField {

@@ -303,6 +303,9 @@ func TestParseSecretErrors(t *testing.T) {
 	if _, err := ParseSecret(strings.TrimSuffix(katSecret1, ":")); err != nil {
 		t.Errorf("without the trailing colon: %v", err)
 	}
+	if _, err := ParseSecret(katSecret1[:20] + "\n" + katSecret1[20:]); err != nil {
+		t.Errorf("with a newline inside: %v", err)
+	}
 	if s := fmt.Sprintf("%v %s %#v", good, good, good); strings.Contains(s, good.Encode()[10:30]) {
 		t.Errorf("a secret formats unredacted: %s", s)
 	}

@@ -1,23 +1,17 @@
 package dhchap
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
-	"strings"
 
 	"basalt/pkg/nvme"
+	"basalt/pkg/nvmekey"
 )
 
 // ErrInvalidSecret is wrapped by every error ParseSecret returns. The
 // errors never contain the secret.
 var ErrInvalidSecret = errors.New("dhchap: invalid secret")
-
-// secretPrefix starts every representation; the version is 1.
-const secretPrefix = "DHHC-1:"
 
 // Secret is a DH-HMAC-CHAP secret: the key and the hash function that
 // transforms it before use (0: none).
@@ -40,43 +34,25 @@ type Secret struct {
 	Key []byte
 }
 
-// ParseSecret parses the representation above. The trailing ':' is
-// optional, as in Linux.
+// ParseSecret parses the representation above (with nvmekey, the one
+// parser of it). The trailing ':' is optional, as in Linux, and CR and LF
+// inside the base64 are skipped.
 func ParseSecret(s string) (Secret, error) {
-	rest, ok := strings.CutPrefix(s, secretPrefix)
-	if !ok {
-		return Secret{}, fmt.Errorf("%w: it does not start with %q", ErrInvalidSecret, secretPrefix)
-	}
-	if len(rest) < 3 || rest[2] != ':' || rest[0] != '0' || rest[1] < '0' || rest[1] > '3' {
-		return Secret{}, fmt.Errorf("%w: the transformation must be 00, 01, 02 or 03", ErrInvalidSecret)
-	}
-	transform := nvme.AuthHashID(rest[1] - '0')
-	enc := strings.TrimSuffix(rest[3:], ":")
-	raw, err := base64.StdEncoding.Strict().DecodeString(enc)
+	k, err := nvmekey.ParseDHCHAP(s, nvmekey.FinalColonOptional(), nvmekey.SkipNewlines())
 	if err != nil {
-		return Secret{}, fmt.Errorf("%w: the key is not base64", ErrInvalidSecret)
+		return Secret{}, fmt.Errorf("%w: %w", ErrInvalidSecret, err)
 	}
-	switch len(raw) {
-	case 32 + 4, 48 + 4, 64 + 4:
-	default:
-		return Secret{}, fmt.Errorf("%w: a key of %d bytes (32, 48 or 64 and a CRC)", ErrInvalidSecret, len(raw))
-	}
-	key, crc := raw[:len(raw)-4], binary.LittleEndian.Uint32(raw[len(raw)-4:])
-	if crc32.ChecksumIEEE(key) != crc {
-		return Secret{}, fmt.Errorf("%w: CRC mismatch", ErrInvalidSecret)
-	}
-	return Secret{Transform: transform, Key: key}, nil
+	return Secret{Transform: nvme.AuthHashID(k.Transform), Key: k.Secret}, nil
 }
 
 // Encode returns the representation ParseSecret reads.
 func (s Secret) Encode() string {
-	raw := binary.LittleEndian.AppendUint32(append([]byte(nil), s.Key...), crc32.ChecksumIEEE(s.Key))
-	return fmt.Sprintf("%s%02d:%s:", secretPrefix, s.Transform, base64.StdEncoding.EncodeToString(raw))
+	return nvmekey.Encode(nvmekey.DHCHAPPrefix, byte(s.Transform), s.Key)
 }
 
 // String is redacted: secrets do not reach logs.
 func (s Secret) String() string {
-	return fmt.Sprintf("%s%02d:<redacted %d-byte key>:", secretPrefix, s.Transform, len(s.Key))
+	return fmt.Sprintf("%s%02d:<redacted %d-byte key>:", nvmekey.DHCHAPPrefix, s.Transform, len(s.Key))
 }
 
 // GoString is redacted too (%#v).

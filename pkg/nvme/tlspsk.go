@@ -10,8 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"hash/crc32"
 	"strings"
+
+	"basalt/pkg/nvmekey"
 )
 
 // TLS PSKs for the NVMe/TCP secure channel (NVMe/TCP Transport 1.1
@@ -64,47 +65,22 @@ func (c ConfiguredPSK) String() string {
 	return fmt.Sprintf("ConfiguredPSK(hh=%02d, %d bytes)", c.Hash, len(c.Key))
 }
 
-const tlsPSKPrefix = "NVMeTLSkey-1:"
-
-// ParseTLSPSK parses s in the interchange format and checks its CRC-32.
-// The error never contains the key.
+// ParseTLSPSK parses s in the interchange format (with nvmekey, the one
+// parser of it) and checks its CRC-32. Beyond what nvme-cli writes it
+// takes hh 00 with a 32- or 48-byte key, CR and LF inside the base64, and
+// nonzero bits after the key in its last digit. The error never contains
+// the key.
 func ParseTLSPSK(s string) (ConfiguredPSK, error) {
-	rest, ok := strings.CutPrefix(s, tlsPSKPrefix)
-	if !ok || len(rest) < 4 || rest[2] != ':' || !strings.HasSuffix(rest, ":") {
-		return ConfiguredPSK{}, fmt.Errorf("%w: not of the form NVMeTLSkey-1:hh:<base64>:", ErrTLSPSK)
-	}
-	var h TLSPSKHash
-	switch rest[:2] {
-	case "00":
-		h = TLSPSKHashNone
-	case "01":
-		h = TLSPSKHashSHA256
-	case "02":
-		h = TLSPSKHashSHA384
-	default:
-		return ConfiguredPSK{}, fmt.Errorf("%w: hash specifier %q", ErrTLSPSK, rest[:2])
-	}
-	raw, err := base64.StdEncoding.DecodeString(rest[3 : len(rest)-1])
+	k, err := nvmekey.ParseTLSPSK(s, nvmekey.TLSHashNone(), nvmekey.SkipNewlines(), nvmekey.NonzeroPadBits())
 	if err != nil {
-		return ConfiguredPSK{}, fmt.Errorf("%w: key is not base64", ErrTLSPSK)
+		return ConfiguredPSK{}, fmt.Errorf("%w: %w", ErrTLSPSK, err)
 	}
-	n := len(raw) - 4
-	switch {
-	case n != 32 && n != 48,
-		h == TLSPSKHashSHA256 && n != 32,
-		h == TLSPSKHashSHA384 && n != 48:
-		return ConfiguredPSK{}, fmt.Errorf("%w: %d-byte key with hash specifier %02d", ErrTLSPSK, max(n, 0), h)
-	}
-	if crc32.ChecksumIEEE(raw[:n]) != binary.LittleEndian.Uint32(raw[n:]) {
-		return ConfiguredPSK{}, fmt.Errorf("%w: CRC-32 mismatch", ErrTLSPSK)
-	}
-	return ConfiguredPSK{Hash: h, Key: raw[:n:n]}, nil
+	return ConfiguredPSK{Hash: TLSPSKHash(k.Transform), Key: k.Secret}, nil
 }
 
 // FormatTLSPSK writes key in the interchange format with hash specifier h.
 func FormatTLSPSK(h TLSPSKHash, key []byte) string {
-	raw := binary.LittleEndian.AppendUint32(append([]byte(nil), key...), crc32.ChecksumIEEE(key))
-	return fmt.Sprintf("%s%02d:%s:", tlsPSKPrefix, h, base64.StdEncoding.EncodeToString(raw))
+	return nvmekey.Encode(nvmekey.TLSPSKPrefix, byte(h), key)
 }
 
 // CipherHash is the hash of the cipher suite the PSK goes with: hh, or

@@ -50,6 +50,22 @@ func TestParseTLSPSKRefusals(t *testing.T) {
 	}
 }
 
+// TestParseTLSPSKLenient pins what the target takes beyond nvme-cli's
+// canonical text: CR and LF inside the base64, and nonzero bits after the
+// key in the last digit.
+func TestParseTLSPSKLenient(t *testing.T) {
+	s02 := FormatTLSPSK(TLSPSKHashSHA384, testPSK48)
+	i := strings.Index(s02, "==")
+	for _, s := range []string{
+		"NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3\nc9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ\r\n:",
+		s02[:i-1] + "R" + s02[i:], // canonical "Q" is 010000b; its low 4 bits are spare
+	} {
+		if c, err := ParseTLSPSK(s); err != nil || len(c.Key) == 0 {
+			t.Errorf("ParseTLSPSK(%q): %v", s, err)
+		}
+	}
+}
+
 // TestTLSPSKIdentities checks the version-1 identities against libnvme's
 // answers for both derivations: the digest depends on the retained PSK,
 // so it pins the retained-PSK derivation of each.
