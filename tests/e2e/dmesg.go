@@ -63,6 +63,11 @@ var FailoverNVMeLines = append([]*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: Reconnecting in \d+ seconds\.\.\.$`),
 	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(\d+ attempts?\)$`),
 	regexp.MustCompile(`^block nvme\d+n\d+: no usable path - requeuing I/O$`),
+	// A stopping target closes every queue's socket; when the host's error
+	// recovery, started by another queue's close, shuts this queue down while
+	// the target's FIN is in flight, both sides close at once and the socket
+	// passes through TCP_CLOSING (11), which nvme-tcp's state callback logs.
+	regexp.MustCompile(`^nvme nvme\d+: queue \d+ socket state 11$`),
 }, KilledConnectionNVMeLines...)
 
 // phaseRE matches the marker guest/lib.sh's phase() writes to the kernel log.

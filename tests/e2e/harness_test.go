@@ -106,6 +106,11 @@ func TestDmesgProblems(t *testing.T) {
 [   21.68] nvme nvme0: failed to connect socket: -111
 [   21.68] nvme nvme0: Failed reconnect attempt 1
 [   23.91] nvme nvme0: Successfully reconnected (3 attempt)`, 0},
+		{"simultaneous close of a stopped target's queue during failover", `[   42.86] basalt-e2e: phase failover
+[   42.87] nvme nvme0: starting error recovery
+[   42.87] nvme nvme0: queue 2 socket state 11`, 0},
+		{"other socket states stay unexpected", `[   42.86] basalt-e2e: phase failover
+[   42.87] nvme nvme0: queue 2 socket state 1`, 1},
 		{"timeout even during failover", `[   20.60] basalt-e2e: phase failover
 [   50.00] nvme nvme0: queue 1: timeout cid 0x1003 type 4 opcode 0x1 (I/O Cmd)`, 1},
 		{"the killed connection's keep-alive and send during failover", `[   10.20] basalt-e2e: phase failover
