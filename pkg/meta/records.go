@@ -101,6 +101,9 @@ type VolumeInfo struct {
 	Size      int64    `json:"size"`
 	BlockSize int      `json:"block_size"`
 	Deleted   bool     `json:"deleted,omitempty"`
+	// Compression is how the store packs the volume's blocks: "lz4",
+	// "zstd", or "" (none).
+	Compression string `json:"compression,omitempty"`
 }
 
 // SegmentState is where a segment is in its life.

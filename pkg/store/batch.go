@@ -242,6 +242,7 @@ func (w *writer) encodeStripe(b *batch, rel int, sum *summary) error {
 	// after every batch cost the writer 40% of its CPU): the data slots no
 	// entry took are padding, zeroed here; summary and parity are written
 	// whole below.
+	w.closePacked(b, rel)
 	for q := sb.slots; q < sh.slots; q++ {
 		clear(b.slot(rel, q, size))
 	}
@@ -303,7 +304,8 @@ func (w *writer) applyBatched(st *stream, b *batch, rel int, sum *summary) {
 		}
 	}
 	c := &w.s.counters
-	c.paddingBlocks.Add(uint64(b.geom.shape.slots - data))
+	c.paddingBlocks.Add(uint64(b.geom.shape.slots - b.stripes[rel].slots))
+	b.seg.fragments.Add(int64(data - b.stripes[rel].slots))
 	if st.kind != streamHost {
 		c.relocatedBlocks.Add(uint64(data))
 		return
@@ -336,12 +338,12 @@ func (w *writer) forgetDestaged(entries []summaryEntry, seqs []cache.Seq) {
 // used by the writer and by recovery, which is what makes recovery replay
 // exactly what the writer did.
 func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account func(*volume, entry, entry)) {
-	q := 0
+	var slots slotCursor
 	for _, e := range sum.entries {
 		var pbn PBN
 		if e.kind.hasData() {
+			q, _ := slots.next(e)
 			pbn = s.lay.pbn(seg, sh, int(sum.stripe), q)
-			q++
 		}
 		v := s.volumeByID(e.vol)
 		if v == nil || e.lba >= v.blocks() {
@@ -349,13 +351,13 @@ func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account
 		}
 		switch e.kind {
 		case kindWrite:
-			ne := makeEntry(pbn, e.sum)
+			ne := slotEntry(pbn, e)
 			account(v, v.lmap.set(e.lba, ne), ne)
 		case kindRelocate:
-			if v.lmap.get(e.lba) != entry(uint64(e.sum)<<32|uint64(e.from)) {
+			if !relocationSource(v.lmap.get(e.lba), e) {
 				continue
 			}
-			ne := makeEntry(pbn, e.sum)
+			ne := slotEntry(pbn, e)
 			account(v, v.lmap.set(e.lba, ne), ne)
 		case kindUnmap:
 			v.lmap.unmapRange(e.lba, uint64(e.sum), func(old entry) { account(v, old, 0) })

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"basalt/pkg/backend"
+	"basalt/pkg/compress"
 )
 
 // TestCrashRecovery is the crash property test.
@@ -107,6 +108,8 @@ type crashRun struct {
 	// noticed comes back after the crash, with stale chunks: it stays
 	// counted, so that losses never exceed parity.
 	lost []int
+	// packed sums the volumes' packed map entries after each recovery.
+	packed int
 }
 
 func crashRigConfig(rng *rand.Rand, synchronous bool) rigConfig {
@@ -124,11 +127,16 @@ func crashRigConfig(rng *rand.Rand, synchronous bool) rigConfig {
 }
 
 func runCrashSeed(t *testing.T, seed int64, synchronous bool) error {
+	return runCrashSeedWith(t, seed, synchronous, VolumeOptions{})
+}
+
+// runCrashSeedWith is runCrashSeed with both volumes created with o.
+func runCrashSeedWith(t *testing.T, seed int64, synchronous bool, o VolumeOptions) error {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x73746f7265))
 	c := &crashRun{t: t, rng: rng, r: newRig(t, crashRigConfig(rng, synchronous)), sync: synchronous}
 	for i, blocks := range []int{120, 72} {
 		name := fmt.Sprintf("v%d", i)
-		v, err := c.r.s.CreateVolume(name, int64(blocks)*BlockSize)
+		v, err := c.r.s.CreateVolumeWith(name, int64(blocks)*BlockSize, o)
 		if err != nil {
 			return err
 		}
@@ -160,6 +168,12 @@ func runCrashSeed(t *testing.T, seed int64, synchronous bool) error {
 			"%d buffered records, GC runs %d, relocated %d, WA %.2f, degraded reads %d", life, ops, crashAt, clean,
 			c.lost, st.UsedBytes/BlockSize, st.BufferRecords, st.GCRuns, st.RelocatedBlocks, st.WriteAmplification,
 			st.DegradedReads)
+		for _, mv := range c.vols {
+			c.packed += packedEntries(mv.v)
+		}
+	}
+	if o.Compression != compress.None && c.packed == 0 {
+		return errors.New("no block of the compressed volumes was ever packed")
 	}
 	return nil
 }

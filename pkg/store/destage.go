@@ -1,6 +1,10 @@
 package store
 
-import "basalt/cache"
+import (
+	"errors"
+
+	"basalt/cache"
+)
 
 // pack moves published write-buffer records, oldest first, into the host
 // stream's batch until the batch is full or no record is left. A block
@@ -66,9 +70,12 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 		}
 		if err := w.room(st, true); err != nil {
 			w.packIndex = i
+			if errors.Is(err, errBatchFull) {
+				return false, nil
+			}
 			return false, err
 		}
-		w.addData(st, summaryEntry{kind: kindWrite, vol: r.vol, lba: lba, sum: sum}, seq, block)
+		w.addBlock(st, v, summaryEntry{kind: kindWrite, vol: r.vol, lba: lba, sum: sum}, seq, block)
 	}
 	return true, nil
 }

@@ -72,7 +72,10 @@ func TestSummaryDecoderRejectsMalformedInput(t *testing.T) {
 		{"sequence 0", func(b []byte) []byte { clear(b[8:16]); clear(b[16:24]); return resum(b) }},
 		{"durable not below sequence", func(b []byte) []byte { b[16] = 42; return resum(b) }},
 		{"entry kind", func(b []byte) []byte { b[64+12+20] = 9; return resum(b) }},
-		{"entry reserved", func(b []byte) []byte { b[64+12+21] = 1; return resum(b) }},
+		{"entry reserved", func(b []byte) []byte { b[64+12+22] = 1; return resum(b) }},
+		{"fragment out of order", func(b []byte) []byte { b[64+12+21] = 2; return resum(b) }},
+		{"fragment beyond 8", func(b []byte) []byte { b[64+12+21] = maxFragments + 1; return resum(b) }},
+		{"unmap fragment", func(b []byte) []byte { b[64+12+24+21] = 1; return resum(b) }},
 		{"entry volume 0", func(b []byte) []byte { clear(b[64+12+8 : 64+12+12]); return resum(b) }},
 		{"write with a source", func(b []byte) []byte { b[64+12+16] = 1; return resum(b) }},
 		{"unmap of nothing", func(b []byte) []byte { clear(b[64+12+24+12 : 64+12+24+16]); return resum(b) }},
@@ -205,10 +208,14 @@ func TestMapEntryPacking(t *testing.T) {
 	for _, c := range []struct {
 		pbn PBN
 		sum uint32
-	}{{0, 0}, {0, 0xffffffff}, {1<<32 - 2, 1}, {12345, 0x80000000}} {
+	}{{0, 0}, {0, 0xffffffff}, {packedBit - 2, 1}, {12345, 0x80000000}} {
 		e := makeEntry(c.pbn, c.sum)
-		if !e.mapped() || e.pbn() != c.pbn || e.sum() != c.sum {
+		if !e.mapped() || e.packed() || e.pbn() != c.pbn || e.sum() != c.sum {
 			t.Errorf("entry(%d, %#x) = %#x: pbn %d sum %#x", c.pbn, c.sum, uint64(e), e.pbn(), e.sum())
+		}
+		p := makePackedEntry(c.pbn, c.sum)
+		if !p.mapped() || !p.packed() || p.pbn() != c.pbn || p.sum() != c.sum {
+			t.Errorf("packed entry(%d, %#x) = %#x: pbn %d sum %#x", c.pbn, c.sum, uint64(p), p.pbn(), p.sum())
 		}
 	}
 	if entry(0).mapped() {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 
 	"basalt/pkg/backend"
@@ -81,7 +82,7 @@ func (w *writer) candidate(g *segment) bool {
 
 // capacity returns the blocks the segment's written stripes hold.
 func (g *segment) capacity() int64 {
-	return int64(g.written.Load()) * int64(g.geom.Load().shape.slots)
+	return int64(g.written.Load())*int64(g.geom.Load().shape.slots) + g.fragments.Load()
 }
 
 // pickVictim chooses the segment to clean by the configured policy, other
@@ -190,16 +191,16 @@ type liveBlock struct {
 func (w *writer) relocateStripe(g *segment, geom *segGeom, j int, sum *summary) error {
 	sh := geom.shape
 	var lives []liveBlock
-	q := 0
+	var slots slotCursor
 	for _, e := range sum.entries {
 		if !e.kind.hasData() {
 			continue
 		}
+		q, _ := slots.next(e)
 		pbn := w.s.lay.pbn(g.id, sh, j, q)
-		if v := w.s.volumeByID(e.vol); v != nil && e.lba < v.blocks() && v.lmap.get(e.lba) == makeEntry(pbn, e.sum) {
+		if v := w.s.volumeByID(e.vol); v != nil && e.lba < v.blocks() && v.lmap.get(e.lba) == slotEntry(pbn, e) {
 			lives = append(lives, liveBlock{q: q, e: e})
 		}
-		q++
 	}
 	if len(lives) == 0 {
 		return nil
@@ -218,7 +219,15 @@ func (w *writer) relocateStripe(g *segment, geom *segGeom, j int, sum *summary) 
 				continue
 			}
 		}
-		if err := w.addRelocation(lb.e, pbn, block); err != nil {
+		e := lb.e
+		if e.frag != 0 {
+			var err error
+			if e.sum, err = w.unpackInPlace(block, e); err != nil {
+				g.broken = true
+				continue
+			}
+		}
+		if err := w.addRelocation(e, uint32(slotEntry(pbn, lb.e)), block); err != nil {
 			return err
 		}
 	}
@@ -253,20 +262,31 @@ func (w *writer) readDataChunks(seg meta.SegmentID, geom *segGeom, j int, lives 
 	return chunks
 }
 
-// addRelocation appends a relocation of block (now at pbn) to the cleaner's
-// stream, writing the stream's batch first if it is full.
-func (w *writer) addRelocation(e summaryEntry, pbn PBN, block []byte) error {
+// addRelocation appends a relocation of block (now at from, a map entry's
+// PBN+1 field, e.sum its CRC32C) to the cleaner's stream, writing the
+// stream's batch first if it is full.
+func (w *writer) addRelocation(e summaryEntry, from uint32, block []byte) error {
 	st := w.gc
 	if st.batchFull() {
 		if err := w.flushStream(st, false); err != nil {
 			return err
 		}
 	}
-	if err := w.room(st, true); err != nil {
+	err := w.room(st, true)
+	if errors.Is(err, errBatchFull) {
+		if err = w.flushStream(st, false); err == nil {
+			err = w.room(st, true)
+		}
+	}
+	if err != nil {
 		return err
 	}
-	w.addData(st, summaryEntry{kind: kindRelocate, vol: e.vol, lba: e.lba, sum: e.sum, from: uint32(pbn) + 1},
-		0, block)
+	re := summaryEntry{kind: kindRelocate, vol: e.vol, lba: e.lba, sum: e.sum, from: from}
+	if v := w.s.volumeByID(e.vol); v != nil {
+		w.addBlock(st, v, re, 0, block)
+	} else {
+		w.addData(st, re, 0, block)
+	}
 	return nil
 }
 

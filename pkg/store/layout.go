@@ -34,7 +34,7 @@ type entry uint64
 func makeEntry(pbn PBN, sum uint32) entry { return entry(uint64(sum)<<32 | (uint64(pbn) + 1)) }
 
 func (e entry) mapped() bool { return e != 0 }
-func (e entry) pbn() PBN     { return PBN(uint32(e) - 1) }
+func (e entry) pbn() PBN     { return PBN(uint32(e)&^packedBit - 1) }
 func (e entry) sum() uint32  { return uint32(e >> 32) }
 
 // shape is the stripe layout of one geometry (Data chunks, fixed Parity and
@@ -123,8 +123,8 @@ func newLayout(info meta.NodeInfo) (*layout, error) {
 	}
 	l.maxSlotsFull = l.shapes[info.Data].slots
 	l.stride = int64(l.segStripes) * int64(l.maxSlotsFull)
-	if int64(l.segments)*l.stride >= 1<<32-1 {
-		return nil, fmt.Errorf("%w: %d segments of %d blocks exceed the 2^32 block addresses of the map",
+	if int64(l.segments)*l.stride >= packedBit-1 {
+		return nil, fmt.Errorf("%w: %d segments of %d blocks exceed the 2^31 block addresses of the map",
 			ErrInvalidOptions, l.segments, l.stride)
 	}
 	return l, nil

@@ -108,6 +108,9 @@ func (s *Store) locate(e entry) (blockAt, bool) {
 // it in the same chunk and have no newer version in the buffer, in one
 // drive read; a block that fails its checksum takes the slow path.
 func (s *Store) readMapped(v *volume, lba uint64, e entry, p []byte, max int) (int, error) {
+	if e.packed() {
+		return 1, s.readPacked(v, lba, e, p[:BlockSize])
+	}
 	at, ok := s.locate(e)
 	if !ok {
 		return 0, errRetry
@@ -116,7 +119,7 @@ func (s *Store) readMapped(v *volume, lba uint64, e entry, p []byte, max int) (i
 	limit := min(max, maxReadRun, at.geom.shape.chunkBlocks-at.block)
 	for run < limit {
 		next := v.lmap.get(lba + uint64(run))
-		if !next.mapped() || next.pbn() != e.pbn()+PBN(run) {
+		if !next.mapped() || next.packed() || next.pbn() != e.pbn()+PBN(run) {
 			break
 		}
 		if _, pending := v.ov.lookup(lba + uint64(run)); pending {
@@ -134,7 +137,7 @@ func (s *Store) readMapped(v *volume, lba uint64, e entry, p []byte, max int) (i
 	for i := range run {
 		block := buf[i*BlockSize : (i+1)*BlockSize]
 		ei := v.lmap.get(lba + uint64(i))
-		if i > 0 && ei.pbn() != e.pbn()+PBN(i) {
+		if i > 0 && (ei.packed() || ei.pbn() != e.pbn()+PBN(i)) {
 			return i, nil // moved meanwhile: the caller reads it again
 		}
 		if blockSum(block) == ei.sum() {
@@ -275,7 +278,7 @@ func (s *Store) readRow(seg meta.SegmentID, geom *segGeom, j, r int, sum *summar
 func dataSums(sum *summary) []uint32 {
 	var out []uint32
 	for _, e := range sum.entries {
-		if e.kind.hasData() {
+		if e.kind.hasData() && e.frag <= 1 { // a packed slot's entries all carry its sum
 			out = append(out, e.sum)
 		}
 	}

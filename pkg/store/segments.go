@@ -44,6 +44,9 @@ type segment struct {
 	// written counts the stripes written and applied; stripes beyond it
 	// hold nothing the maps point at.
 	written atomic.Int32
+	// fragments counts the data entries of its applied stripes beyond
+	// their data slots (packed slots hold several); runtime only.
+	fragments atomic.Int64
 	// pins counts scrubs, repairs and rebuilds working on the segment; a
 	// pinned segment is not freed. Changed under Store.segMu.
 	pins  atomic.Int32

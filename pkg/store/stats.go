@@ -30,6 +30,8 @@ type counters struct {
 	destageRate    atomic.Uint64 // blocks per second, over the last second or so
 
 	mappedBlocks  atomic.Int64 // mapped entries over all volumes
+	logicalBytes  atomic.Int64 // host blocks packed since Open (compress.go)
+	storedBytes   atomic.Int64 // the bytes they took in their slots
 	pendingWrites atomic.Int64 // block writes in the overlays
 	pendingFresh  atomic.Int64 // those to blocks the maps do not hold
 	freeSegments  atomic.Int64
@@ -55,7 +57,12 @@ type Stats struct {
 	CapacityBytes int64 // data the store accepts (thin volumes may promise more)
 	UsedBytes     int64 // mapped data: what volumes hold on the drives
 	BufferedBytes int64 // block writes still only in the write buffer
-	Volumes       int
+	// CompressionLogicalBytes and CompressionStoredBytes sum the host
+	// blocks packed into stripes since Open and the bytes they took in
+	// their slots (a raw block 4096, a compressed one its fragment and
+	// descriptor): their ratio is the compression achieved.
+	CompressionLogicalBytes, CompressionStoredBytes int64
+	Volumes                                         int
 
 	Segments       int
 	FreeSegments   int
@@ -119,6 +126,7 @@ func (s *Store) Stats() Stats {
 	life := c.lifetime()
 	st := Stats{
 		CapacityBytes: s.capacityBlocks() * BlockSize, UsedBytes: c.mappedBlocks.Load() * BlockSize,
+		CompressionLogicalBytes: c.logicalBytes.Load(), CompressionStoredBytes: c.storedBytes.Load(),
 		BufferedBytes: c.pendingWrites.Load() * BlockSize, Volumes: len(s.volumeList()),
 		Segments: len(s.segs), HostBlocks: life.HostBlocks, DestagedBlocks: life.DestagedBlocks,
 		RelocatedBlocks: life.RelocatedBlocks, PaddingBlocks: life.PaddingBlocks, GCRuns: life.Runs,

@@ -13,12 +13,14 @@ type stripeBuild struct {
 	entries   []summaryEntry
 	seqs      []cache.Seq // host stream: the record of each entry
 	slots     int         // data slots used
+	pack      packBuild   // the packed slot being filled, if any
 	bufferSeq uint64
 	closed    bool
 }
 
 func (sb *stripeBuild) reset() {
 	sb.entries, sb.seqs, sb.slots, sb.bufferSeq, sb.closed = sb.entries[:0], sb.seqs[:0], 0, 0, false
+	sb.pack.reset()
 }
 
 // batch is a run of consecutive stripes of one segment, laid out column by
@@ -132,6 +134,9 @@ func (w *writer) room(st *stream, data bool) error {
 			return nil
 		}
 		w.closeStripe(st, sb)
+		if len(b.stripes) == b.limit {
+			return errBatchFull // a packed slot kept the stripe open (compress.go)
+		}
 	}
 	if b.seg == nil {
 		if st.seg == nil {
@@ -160,6 +165,9 @@ func (w *writer) room(st *stream, data bool) error {
 
 // closeStripe ends sb: it records which buffer records it completes.
 func (w *writer) closeStripe(st *stream, sb *stripeBuild) {
+	if b := st.fill; len(b.stripes) > 0 && b.stripes[len(b.stripes)-1] == sb {
+		w.closePacked(b, len(b.stripes)-1)
+	}
 	sb.closed = true
 	if st.kind == streamHost {
 		sb.bufferSeq = uint64(w.lastComplete)
@@ -220,6 +228,7 @@ func (w *writer) open(st *stream) error {
 	geom := &segGeom{gen: g.gen, shape: sh, columns: columns}
 	g.geom.Store(geom)
 	g.written.Store(0)
+	g.fragments.Store(0)
 	g.state.Store(uint32(meta.SegmentOpen))
 	ticket, err := w.rows.add(g.info())
 	if err != nil {

@@ -53,8 +53,12 @@ type summaryEntry struct {
 	// sum is the data block's checksum (write, relocate) or the number of
 	// blocks (unmap).
 	sum uint32
-	// from is the PBN+1 the block is relocated from (relocate), else 0.
+	// from is the PBN+1 the block is relocated from (relocate), else 0;
+	// with packedBit set when the source is a packed slot.
 	from uint32
+	// frag is 0 for a block in a slot of its own, else its place (1..8)
+	// among the fragments of a packed slot (packed.go, slotCursor).
+	frag uint8
 }
 
 // summary describes one stripe. A copy of it starts every chunk of the
@@ -106,7 +110,7 @@ func encodeSummary(b []byte, s *summary) {
 		le.PutUint32(b[off+8:], uint32(e.vol))
 		le.PutUint32(b[off+12:], e.sum)
 		le.PutUint32(b[off+16:], e.from)
-		b[off+20] = byte(e.kind)
+		b[off+20], b[off+21] = byte(e.kind), e.frag
 		off += entrySize
 	}
 	end := len(b) - 4
@@ -161,20 +165,20 @@ func decodeSummary(b []byte, chunkBlocks int, dst *summary) error {
 		off += 4
 	}
 	s.entries = s.entries[:0]
-	dataEntries := 0
+	var slots slotCursor
 	for i := range nEntries {
 		e, err := decodeEntry(b[off : off+entrySize])
+		if err == nil {
+			_, err = slots.next(e)
+		}
 		if err != nil {
 			return fmt.Errorf("%w: entry %d: %w", ErrBadSummary, i, err)
-		}
-		if e.kind.hasData() {
-			dataEntries++
 		}
 		s.entries = append(s.entries, e)
 		off += entrySize
 	}
-	if dataEntries > s.data*(chunkBlocks-s.blocks) {
-		return fmt.Errorf("%w: %d data entries for %d slots", ErrBadSummary, dataEntries,
+	if slots.used > s.data*(chunkBlocks-s.blocks) {
+		return fmt.Errorf("%w: %d data slots taken of %d", ErrBadSummary, slots.used,
 			s.data*(chunkBlocks-s.blocks))
 	}
 	if !allZero(b[off:end]) {
@@ -205,9 +209,11 @@ func summaryShapeError(s *summary, size, chunkBlocks, nParity, nEntries int) err
 func decodeEntry(b []byte) (summaryEntry, error) {
 	le := binary.LittleEndian
 	e := summaryEntry{lba: le.Uint64(b), vol: meta.VolumeID(le.Uint32(b[8:])), sum: le.Uint32(b[12:]),
-		from: le.Uint32(b[16:]), kind: entryKind(b[20])}
+		from: le.Uint32(b[16:]), kind: entryKind(b[20]), frag: b[21]}
 	switch {
-	case b[21] != 0 || b[22] != 0 || b[23] != 0:
+	case b[22] != 0 || b[23] != 0:
+		return e, errors.New("reserved bytes are not zero")
+	case e.frag > maxFragments || (e.frag != 0 && !e.kind.hasData()):
 		return e, errors.New("reserved bytes are not zero")
 	case e.vol == 0:
 		return e, errors.New("volume 0")

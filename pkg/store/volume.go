@@ -10,6 +10,7 @@ import (
 
 	"basalt/cache"
 	"basalt/pkg/backend"
+	"basalt/pkg/compress"
 	"basalt/pkg/meta"
 )
 
@@ -25,12 +26,18 @@ type volume struct {
 	mapped  atomic.Int64 // mapped map entries
 	deleted atomic.Bool
 	staged  stagedState // StageByReference: the volume's staged records and floor
+	// compression is how the writer packs the volume's blocks;
+	// logicalBytes and storedBytes sum the blocks it packed and the bytes
+	// they took in their slots (compress.go).
+	compression               compress.Algorithm
+	logicalBytes, storedBytes atomic.Int64
 }
 
 func (s *Store) newVolume(info meta.VolumeInfo) *volume {
 	lmap := newLBAMap(uint64(info.Size) / BlockSize)
 	v := &volume{info: info, lmap: lmap, ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
 	v.size.Store(info.Size)
+	v.compression, _ = compress.ParseAlgorithm(info.Compression) // checked at creation
 	return v
 }
 
@@ -85,10 +92,15 @@ func (s *Store) Volumes() []meta.VolumeInfo {
 // BlockSize, fewer than 2^40 blocks) and returns a handle on it. The volume uses no space until
 // written. It returns an error wrapping ErrVolumeExists if name is taken.
 func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
+	return s.CreateVolumeWith(name, size, VolumeOptions{})
+}
+
+// CreateVolumeWith is CreateVolume with the volume's options.
+func (s *Store) CreateVolumeWith(name string, size int64, o VolumeOptions) (*Volume, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks {
+	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks || !o.Compression.Valid() {
 		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
 	}
 	s.vols.Lock()
@@ -97,6 +109,9 @@ func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
 		return nil, fmt.Errorf("%w: %q", ErrVolumeExists, name)
 	}
 	info := meta.VolumeInfo{ID: s.vols.nextID, Name: name, Size: size, BlockSize: BlockSize}
+	if o.Compression != compress.None {
+		info.Compression = o.Compression.String()
+	}
 	if err := s.meta.Update(func(tx *meta.Tx) error { return tx.PutVolume(info) }); err != nil {
 		return nil, fmt.Errorf("store: while creating volume %q: %w", name, err)
 	}

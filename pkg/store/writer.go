@@ -8,6 +8,7 @@ import (
 
 	"basalt/cache"
 	"basalt/pkg/backend"
+	"basalt/pkg/compress"
 	"basalt/pkg/meta"
 )
 
@@ -110,11 +111,14 @@ type writer struct {
 	chunkBufs  [][]byte // the cleaner's chunk buffers
 	// flights are the batches being written, of both streams, in the
 	// order they were flushed (their stripes' sequence order).
-	flights []*flight
-	gcRead  readAhead
-	gcNext  *segment // the victim after the one being cleaned, read ahead
-	rows    segRows  // segment rows on their way to the metadata
-	ckptBuf []byte
+	flights   []*flight
+	gcRead    readAhead
+	gcNext    *segment // the victim after the one being cleaned, read ahead
+	rows      segRows  // segment rows on their way to the metadata
+	ckptBuf   []byte
+	comp      *compress.Compressor // compresses blocks as they are packed
+	compBuf   []byte
+	unpackBuf []byte
 
 	stop chan struct{}
 	done chan struct{}

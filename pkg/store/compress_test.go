@@ -1,0 +1,190 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"basalt/pkg/compress"
+)
+
+// corpusBlock fills dst with the block written with tag: generated text
+// (compressible) for an odd tag, makeBlock's random bytes for an even one;
+// the tag leads either.
+func corpusBlock(dst []byte, tag uint64) {
+	if tag == 0 || tag%2 == 0 {
+		makeBlock(dst, tag)
+		return
+	}
+	r := rand.New(rand.NewPCG(tag, 7))
+	words := []string{"stripe", "segment", "summary", "the", "drive", "parity", "block", "map",
+		"of", "and", "cleaner", "writes", "reads", "recovery", "a", "volume", "checkpoint"}
+	var b bytes.Buffer
+	for b.Len() < BlockSize {
+		b.WriteString(words[r.IntN(len(words))])
+		b.WriteByte(' ')
+	}
+	copy(dst, b.Bytes()[:BlockSize])
+	binary.LittleEndian.PutUint64(dst, tag)
+}
+
+func writeCorpus(t testing.TB, v *Volume, lba, tag uint64) {
+	t.Helper()
+	buf := make([]byte, BlockSize)
+	corpusBlock(buf, tag)
+	if err := v.WriteAt(ctx, buf, int64(lba)*BlockSize, 0); err != nil {
+		t.Fatalf("WriteAt(lba %d): %v", lba, err)
+	}
+}
+
+// checkCorpus reads every block of v and compares it with want's tags.
+func checkCorpus(t testing.TB, v *Volume, want []uint64) {
+	t.Helper()
+	got, exp := make([]byte, BlockSize), make([]byte, BlockSize)
+	for lba, tag := range want {
+		if err := v.ReadAt(ctx, got, int64(lba)*BlockSize); err != nil {
+			t.Fatalf("ReadAt(lba %d): %v", lba, err)
+		}
+		corpusBlock(exp, tag)
+		if !bytes.Equal(got, exp) {
+			t.Fatalf("lba %d: read tag %d, want %d", lba, binary.LittleEndian.Uint64(got), tag)
+		}
+	}
+}
+
+// packedEntries counts v's map entries that point into packed slots.
+func packedEntries(v *Volume) int {
+	n := 0
+	v.v.lmap.forEach(func(_ uint64, e entry) {
+		if e.packed() {
+			n++
+		}
+	})
+	return n
+}
+
+// TestCompressedVolume writes a corpus of half text, half random blocks to
+// a compressed volume, reads it back before and after a restart, then
+// overwrites half of it over and over until the cleaner has moved packed
+// slots, and checks everything again, the live counts and a restart.
+func TestCompressedVolume(t *testing.T) {
+	for _, alg := range []compress.Algorithm{compress.LZ4, compress.Zstd} {
+		t.Run(alg.String(), func(t *testing.T) {
+			seed := rand.Uint64()
+			t.Logf("seed %d", seed)
+			rng := rand.New(rand.NewPCG(seed, 0))
+			cfg := defaultRigConfig()
+			cfg.opts.synchronous = true
+			r := newRig(t, cfg)
+			n := int(r.s.Stats().CapacityBytes/BlockSize) * 6 / 10
+			v, err := r.s.CreateVolumeWith("c", int64(n)*BlockSize, VolumeOptions{Compression: alg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]uint64, n)
+			tag := uint64(0)
+			write := func(lba int) {
+				tag++
+				writeCorpus(t, v, uint64(lba), tag)
+				want[lba] = tag
+				if tag%8 == 0 {
+					r.s.w.work()
+				}
+			}
+			for lba := range n {
+				write(lba)
+			}
+			if err := r.s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			checkCorpus(t, v, want)
+			if p := packedEntries(v); p < n/3 {
+				t.Fatalf("%d of %d blocks packed, want the text half", p, n)
+			}
+			logical, stored := v.CompressionStats()
+			t.Logf("%v: %d blocks, half text: %d logical bytes stored in %d (ratio %.2f)", alg, n, logical, stored,
+				float64(logical)/float64(stored))
+			if st := r.s.Stats(); stored >= logical || st.CompressionStoredBytes != stored {
+				t.Fatalf("stored %d of %d logical bytes; store counts %d", stored, logical, st.CompressionStoredBytes)
+			}
+			r.reopen()
+			v, _ = r.s.Volume("c")
+			if v.Compression() != alg {
+				t.Fatalf("after restart the volume compresses with %v", v.Compression())
+			}
+			checkCorpus(t, v, want)
+			gcBefore := r.s.Stats().GCRuns
+			for range 4 * n {
+				write(rng.IntN(n / 2))
+			}
+			if err := r.s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st := r.s.Stats(); st.GCRuns == gcBefore || st.RelocatedBlocks == 0 {
+				t.Fatalf("no cleaning: %d GC runs, %d relocated", st.GCRuns-gcBefore, st.RelocatedBlocks)
+			}
+			checkCorpus(t, v, want)
+			r.reopen()
+			v, _ = r.s.Volume("c")
+			checkCorpus(t, v, want)
+			var live int64
+			for _, g := range r.s.segs {
+				live += g.live.Load()
+			}
+			if used := r.s.Stats().UsedBytes / BlockSize; live != used {
+				t.Fatalf("segments count %d live blocks, maps %d", live, used)
+			}
+		})
+	}
+}
+
+// TestCrashRecoveryCompressed is the crash property test (crash_test.go)
+// on compressed volumes: a third of the blocks written compress and are
+// packed, several to a slot; every acknowledged write reads back after
+// every crash.
+func TestCrashRecoveryCompressed(t *testing.T) {
+	n := 16
+	if testing.Short() || raceEnabled {
+		n = 4
+	}
+	for _, seed := range testSeeds(t, n) {
+		alg := []compress.Algorithm{compress.LZ4, compress.Zstd}[seed%2]
+		t.Run(fmt.Sprintf("seed=%d/%v", seed, alg), func(t *testing.T) {
+			if err := runCrashSeedWith(t, seed, true, VolumeOptions{Compression: alg}); err != nil {
+				t.Fatalf("seed %d: %v\nreplay: go test ./pkg/store -run 'TestCrashRecoveryCompressed$' -seed=%d",
+					seed, err, seed)
+			}
+		})
+	}
+}
+
+func TestSummaryRoundTripPacked(t *testing.T) {
+	s := sampleSummary()
+	s.entries = []summaryEntry{
+		{kind: kindWrite, vol: 1, lba: 10, sum: 7, frag: 1},
+		{kind: kindWrite, vol: 1, lba: 11, sum: 9},
+		{kind: kindWrite, vol: 1, lba: 12, sum: 7, frag: 2},
+		{kind: kindRelocate, vol: 2, lba: 3, sum: 8, from: 5 | packedBit, frag: 1},
+	}
+	var got summary
+	if err := decodeSummary(encodedSummary(s), 4, &got); err != nil {
+		t.Fatal(err)
+	}
+	var c slotCursor
+	var slots []int
+	for i, e := range got.entries {
+		if e != s.entries[i] {
+			t.Fatalf("entry %d: %+v, want %+v", i, e, s.entries[i])
+		}
+		q, _ := c.next(e)
+		slots = append(slots, q)
+	}
+	if fmt.Sprint(slots) != "[0 1 0 2]" || c.used != 3 {
+		t.Fatalf("slots %v (%d used), want [0 1 0 2] (3)", slots, c.used)
+	}
+	if sums := dataSums(&got); fmt.Sprint(sums) != "[7 9 8]" {
+		t.Fatalf("slot sums %v, want [7 9 8]", sums)
+	}
+}
