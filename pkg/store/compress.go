@@ -217,3 +217,27 @@ type VolumeOptions struct {
 	// stripes (default none).
 	Compression compress.Algorithm
 }
+
+// fragmentCount recomputes the segments' fragments at recovery from the
+// maps: a packed slot that n live entries point at counts n-1. Fragments
+// no longer live are not counted, so a segment's capacity is then a lower
+// bound (the cleaner finds it fuller than it is, never emptier).
+type fragmentCount struct{ seen map[PBN]struct{} }
+
+func (s *Store) newFragmentCount() *fragmentCount {
+	for _, g := range s.segs {
+		g.fragments.Store(0)
+	}
+	return &fragmentCount{seen: make(map[PBN]struct{})}
+}
+
+func (f *fragmentCount) add(g *segment, e entry) {
+	if !e.packed() {
+		return
+	}
+	if _, ok := f.seen[e.pbn()]; ok {
+		g.fragments.Add(1)
+		return
+	}
+	f.seen[e.pbn()] = struct{}{}
+}

@@ -219,6 +219,7 @@ func (s *Store) sealOpenSegments() (bool, error) {
 func (s *Store) recount() error {
 	var bad error
 	var total int64
+	frags := s.newFragmentCount()
 	for _, v := range s.volumeList() {
 		v.lmap.forEach(func(lba uint64, e entry) {
 			at, ok := s.locate(e)
@@ -230,6 +231,7 @@ func (s *Store) recount() error {
 				return
 			}
 			s.segs[at.seg].live.Add(1)
+			frags.add(s.segs[at.seg], e)
 			v.mapped.Add(1)
 			total++
 		})
