@@ -227,6 +227,7 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 	}
 	printHosts(w, v)
 	fmt.Fprintf(w, "Limits:\t%s\n", qosText(v.QoS)) // qos.go
+	printCompression(w, v)
 	fmt.Fprintf(w, "UUID / NGUID:\t%s / %x\n", v.UUID.UUIDString(), v.NGUID[:])
 	fmt.Fprintf(w, "ANA group:\t%d\n", v.ANAGroup)
 	fmt.Fprintf(w, "Created:\t%s\n", v.Created)

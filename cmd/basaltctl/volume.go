@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"basalt/pkg/api"
+	"basalt/pkg/cluster"
 	"basalt/pkg/config"
 )
 
@@ -33,6 +34,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var hosts []string
 	var anyHost bool
 	var q *qosFlags // qos.go
+	var compression string
 	c := &cobra.Command{
 		Use: "create NAME --size SIZE",
 		Short: "Create a volume replicated on --rf nodes (default 3); it admits no host until one is listed " +
@@ -47,10 +49,13 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := cluster.ValidateCompression(compression); err != nil {
+				return usageError{fmt.Errorf("--compression %q: want lz4, zstd or none", compression)}
+			}
 			ctx, cancel := o.ctx()
 			defer cancel()
 			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
-				AllowAnyHost: anyHost, QoS: limits})
+				AllowAnyHost: anyHost, QoS: limits, Compression: compression})
 			if err != nil {
 				return err
 			}
@@ -63,6 +68,8 @@ func volumeCreateCmd(o *options) *cobra.Command {
 		"give it credentials with basaltctl host add)")
 	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp)
 	q = addQoSFlags(c)
+	c.Flags().StringVar(&compression, "compression", "none", "inline compression of the volume's blocks on "+
+		"the nodes' drives: lz4, zstd or none")
 	return c
 }
 

@@ -186,6 +186,9 @@ func (s *Server) createVolume(r *http.Request) (int, any, error) {
 	}
 	cv := &cluster.CreateVolume{Name: req.Name, Size: int64(req.Size), RF: req.RF, Hosts: req.Hosts,
 		AllowAnyHost: req.AllowAnyHost, Created: s.cfg.Clock.Now().UTC().Format(time.RFC3339), QoS: req.QoS}
+	if req.Compression != "none" {
+		cv.Compression = req.Compression
+	}
 	_, _ = rand.Read(cv.UUID[:])
 	cv.UUID[6] = cv.UUID[6]&0x0F | 0x40 // version 4, RFC 9562
 	cv.UUID[8] = cv.UUID[8]&0x3F | 0x80

@@ -52,6 +52,9 @@ type CreateVolumeRequest struct {
 	AllowAnyHost bool `json:"allow_any_host,omitempty"`
 	// QoS are the volume's I/O limits (qos.go); absent: none.
 	QoS qos.Limits `json:"qos,omitzero"`
+	// Compression is how the nodes' stores pack the volume's blocks:
+	// "lz4", "zstd", or "none" (absent: none).
+	Compression string `json:"compression,omitempty"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.
@@ -200,6 +203,9 @@ type PathView struct {
 	// Failed is why the volume's Raft group failed on this node, if it did
 	// (Error then starts with "failed: ").
 	Failed string `json:"failed,omitempty"`
+	// Compression is the ratio the node's store achieved on the volume
+	// since the node started, for a volume that compresses.
+	Compression *cluster.CompressionStatus `json:"compression,omitempty"`
 }
 
 // Connect are the nvme-cli commands that attach a volume.

@@ -295,7 +295,7 @@ func (s *Server) view(sv *survey, v *cluster.Volume, note string) VolumeView {
 		p := PathView{Node: id, Name: n.Name, NVMeAddr: n.NVMeAddr, ANAState: "unknown", Error: sv.errs[id]}
 		if vs, ok := sv.volumeStatus(id, v.ID); ok {
 			p.ANAState, p.Role, p.Applied, p.Controllers = vs.ANAState, vs.Raft.Role, vs.Raft.Applied, vs.Controllers
-			p.Failed = vs.Failed
+			p.Failed, p.Compression = vs.Failed, vs.Compression
 			if vs.Error != "" {
 				p.Error = vs.Error
 			}

@@ -69,6 +69,8 @@ type CreateVolume struct {
 	Created      string   `json:"created"`
 	// QoS are the volume's I/O limits (command_qos.go); zero: none.
 	QoS qos.Limits `json:"qos,omitzero"`
+	// Compression: "lz4", "zstd", or empty for none (compression.go).
+	Compression string `json:"compression,omitempty"`
 }
 
 // Result is what applying a command produced, returned to its proposer.
@@ -107,6 +109,9 @@ func (c *Command) Validate() error {
 			return fmt.Errorf("%w: create_volume without a body", ErrInvalid)
 		}
 		if err := ValidateVolumeName(cv.Name); err != nil {
+			return err
+		}
+		if err := ValidateCompression(cv.Compression); err != nil {
 			return err
 		}
 		if err := ValidateSize(cv.Size); err != nil {
@@ -244,7 +249,7 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 	v := &Volume{
 		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
 		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost, ANAGroup: ana,
-		State: VolumeActive, Created: cv.Created, QoS: cv.QoS,
+		State: VolumeActive, Created: cv.Created, QoS: cv.QoS, Compression: cv.Compression,
 	}
 	v.Hosts = slices.Clone(cv.Hosts)
 	slices.Sort(v.Hosts)

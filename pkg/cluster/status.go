@@ -52,6 +52,9 @@ type VolumeStatus struct {
 	// leader's are the ones enforced); absent where it has none
 	// (qos.go).
 	QoS *qos.Limits `json:"qos,omitempty"`
+	// Compression is the local replica's compression, if it reports one
+	// (compression.go).
+	Compression *CompressionStatus `json:"compression,omitempty"`
 }
 
 // Local returns this node's status.
@@ -88,6 +91,7 @@ func (c *Cluster) Local() LocalStatus {
 			Leader:   lv.group.Leader(), Raft: lv.group.Status(),
 			Size: lv.export.Size(), ReplicaSize: lv.replica.Size(),
 			Controllers: ctrls[v.NQN()], Error: failures[v.ID], QoS: lv.qosInForce(),
+			Compression: compressionStatus(v, lv.replica),
 		}
 		if vs.Raft.Failed {
 			vs.Failed = vs.Raft.Err

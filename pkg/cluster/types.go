@@ -177,6 +177,9 @@ type Volume struct {
 	// QoS are the volume's I/O limits, enforced by its leader
 	// (command_qos.go); zero: none.
 	QoS qos.Limits `json:"qos,omitzero"`
+	// Compression is how every replica's store packs the volume's blocks
+	// ("lz4", "zstd"; empty: none), fixed at creation (compression.go).
+	Compression string `json:"compression,omitempty"`
 }
 
 // VolumeActive is the state of a usable volume.

@@ -38,8 +38,11 @@ type StoreSample struct {
 	Stripes, Checkpoints                    uint64
 	DegradedReads, Repairs, Unrecoverable   uint64
 	DiscardedBytes, DiscardErrors           uint64
-	Failed                                  string
-	Drives                                  []DriveSample
+	// CompressionLogicalBytes are the host blocks packed into stripes
+	// since the node started, CompressionStoredBytes what they took.
+	CompressionLogicalBytes, CompressionStoredBytes int64
+	Failed                                          string
+	Drives                                          []DriveSample
 	// Scrub is the store's scrub schedule; nil: none.
 	Scrub *ScrubSample
 	// Rebuild is the store's rebuild progress (rebuild.go); nil: none.
@@ -145,6 +148,7 @@ func (e emitter) cluster(ls cluster.LocalStatus) {
 		e.gauge("basalt_volume_size_bytes", "Volume size hosts see.", float64(v.Size), "volume", v.Name)
 		e.gauge("basalt_volume_controllers", "Host controllers connected to the volume on this node.", float64(v.Controllers), "volume", v.Name)
 		e.catchUp(v.Name, v.Raft)
+		e.compression(v)
 	}
 }
 
@@ -192,6 +196,7 @@ func (e emitter) store(s StoreSample) {
 		float64(s.DiscardedBytes))
 	e.counter("basalt_store_discard_errors_total", "Discards of freed segments that failed (the space stays allocated).",
 		float64(s.DiscardErrors))
+	e.storeCompression(s)
 	if s.Scrub != nil {
 		e.scrub(*s.Scrub)
 	}

@@ -24,6 +24,7 @@ func storeSample(st *store.Store, sc *store.Scrubber) func() metrics.StoreSample
 			DestageRate: s.DestageRate, Stripes: s.Stripes, Checkpoints: s.Checkpoints, DegradedReads: s.DegradedReads,
 			Repairs: s.Repairs, Unrecoverable: s.Unrecoverable, Failed: s.Failed,
 			DiscardedBytes: s.DiscardedBytes, DiscardErrors: s.DiscardErrors,
+			CompressionLogicalBytes: s.CompressionLogicalBytes, CompressionStoredBytes: s.CompressionStoredBytes,
 		}
 		if sc != nil {
 			out.Scrub = scrubSample(sc)
@@ -54,14 +55,7 @@ type storeReplicas struct{ s *store.Store }
 
 // Open implements cluster.Replicas.
 func (r storeReplicas) Open(name string, size int64) (cluster.Replica, error) {
-	v, err := r.s.Volume(name)
-	if errors.Is(err, store.ErrNoVolume) {
-		v, err = r.s.CreateVolume(name, size)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("cluster: replica %s: %w", name, err)
-	}
-	return storeReplica{Volume: v, s: r.s}, nil
+	return r.OpenWith(name, size, cluster.ReplicaOptions{})
 }
 
 // Delete implements cluster.Replicas.

@@ -125,21 +125,66 @@
 //
 //	pbn = segment*stride + stripe*(k*P) + q,   stride = S * (kmax*Pmax)
 //
-// where kmax*Pmax is the slot count of the full-width geometry. 2^32-1
-// PBNs bound a node to 16 TiB of data slots.
+// where kmax*Pmax is the slot count of the full-width geometry. 2^31-1
+// PBNs (the map entry's packed flag takes the top bit) bound a node to
+// 8 TiB of data slots.
 //
 // # Map entry
 //
 // Each volume's map is a directory of chunks of 4096 packed uint64 entries
 // (lbamap.go): 8 bytes per block, nothing for never-written 16 MiB ranges.
 //
-//	bit   63 .. 32                         31 .. 0
-//	      +--------------------------------+--------------------------------+
-//	      | CRC32C of the block's data     | PBN + 1  (0 = unmapped)        |
-//	      +--------------------------------+--------------------------------+
+//	bit   63 .. 32                         31   30 .. 0
+//	      +--------------------------------+----+---------------------------+
+//	      | CRC32C of the slot's data      | P  | PBN + 1  (0 = unmapped)   |
+//	      +--------------------------------+----+---------------------------+
 //
-// The checksum in the entry, apart from the block, is what catches a
-// misdirected or lost write: a stale block at the right place fails it.
+// P (packed) is set when the slot is a packed slot (below) holding the
+// block compressed; the checksum is then that of the whole 4096-byte
+// packed slot. P comes from the summary entry that mapped the block (its
+// fragment byte), never from the data, so a raw block that happens to
+// look like a packed slot is never decompressed. The checksum in the
+// entry, apart from the block, is what catches a misdirected or lost
+// write: a stale block at the right place fails it.
+//
+// # Packed slot (compression)
+//
+// A volume created with compression (VolumeOptions.Compression: lz4 or
+// zstd, package compress) has each block compressed as the writer packs
+// it into a stripe. A block that compresses to maxFragmentBytes (3072) or
+// less becomes a fragment of the stripe's open packed slot, which takes
+// fragments until the next does not fit or it holds 8; others are stored
+// raw in a slot of their own, as without compression. A packed slot,
+// little-endian, fragments laid from its end downwards:
+//
+//	offset   size  field
+//	     0      4  magic "BPAK"
+//	     4      1  version = 1
+//	     5      1  n: fragments (1..8)
+//	     6      2  zero
+//	     8      4  CRC32C of bytes [0, 8) and the n descriptors
+//	    12   28*n  descriptors (below), in the order the fragments came
+//	     ...       zero
+//	   off_n  len_n  fragment n-1 ... fragment 0 ends at 4096
+//
+//	descriptor (28 bytes):
+//	offset  size  field
+//	     0     8  LBA
+//	     8     4  volume ID (> 0)
+//	    12     4  CRC32C of the block decompressed
+//	    16     4  CRC32C of the fragment's bytes
+//	    20     2  offset of the fragment in the slot
+//	    22     2  length (> 0); fragment i ends where fragment i-1 starts
+//	    24     1  algorithm: 1 lz4 (block format), 2 zstd (one frame)
+//	    25     3  zero
+//
+// A read of a packed block reads and checks the slot like any block
+// (reconstruction included), finds the newest descriptor of its volume and
+// LBA, checks the fragment's checksum, decompresses it straight into the
+// caller's buffer and checks the block's checksum. Encryption at rest, if
+// any, applies to the whole 4096-byte slot after compression, with the
+// slot's PBN as the XTS tweak: the reader knows it from the map entry
+// before decrypting, raw and packed slots alike.
 //
 // # Stripe summary (version 1)
 //
@@ -177,14 +222,22 @@
 //	    12     4  write/relocate: CRC32C of the block; unmap: block count (> 0)
 //	    16     4  relocate: PBN+1 the block is moved from; otherwise 0
 //	    20     1  kind: 1 write, 2 relocate, 3 unmap
-//	    21     3  zero
+//	    21     1  fragment: 0 raw; 1..8 the block's place in a packed slot
+//	    22     2  zero
 //
-// Write and relocate entries take the data slots in order: the i-th such
-// entry's block is slot i. Slots after the last are padding and hold zeros.
-// Applying a summary (to the map, in entry order) is: write maps the LBA to
-// its slot; relocate does so only if the map still points at the source (a
+// Write and relocate entries take the data slots in order: an entry with
+// fragment 0 or 1 takes the next slot; fragment k > 1 joins the packed slot
+// the latest fragment-1 entry started, as its k-th fragment (an entry with
+// fragment 0 may come between). For a packed entry, the checksum field is
+// the packed slot's CRC32C (the same in all its entries) and a relocation's
+// source has bit 31 set if it was a packed slot. Slots after the last are
+// padding and hold zeros. Applying a summary (to the map, in entry order)
+// is: write maps the LBA to its slot (packed if its fragment is not 0);
+// relocate does so only if the map still points at the source (a
 // compare-and-swap: the cleaner's copy loses to a host write that came in
-// meanwhile); unmap unmaps the range. The entries are the segment summary
+// meanwhile; the whole entry is compared for a raw block moved raw, only
+// the PBN+1 field when a packed slot is involved, since the slot's
+// checksum changes); unmap unmaps the range. The entries are the segment summary
 // of the issue: a segment's summary is the concatenation of its stripes'.
 //
 // # Write-buffer record payloads
@@ -251,6 +304,11 @@
 // or greedy), reads its summaries, and relocates the blocks the maps still
 // point at into its own stream of stripes (cold data apart from host
 // writes). Write amplification = (destaged + relocated) / destaged blocks.
+// A live fragment of a packed slot is decompressed and packed again into
+// the cleaner's stream, with its volume's compression. Live counts count
+// map entries, so a packed slot frees when none of its fragments is live;
+// a segment's capacity counts its data slots plus the fragments beyond one
+// per packed slot (recounted from the maps at recovery).
 //
 // # Discarding freed segments
 //
