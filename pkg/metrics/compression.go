@@ -10,7 +10,7 @@ func (e emitter) storeCompression(s StoreSample) {
 		"Bytes of host blocks written to the drives since the node started (4096 per block).",
 		float64(s.CompressionLogicalBytes))
 	e.counter("basalt_store_compression_stored_bytes_total",
-		"Bytes those blocks took in their slots (compressed fragments and their descriptors, or 4096 raw).",
+		"Bytes of the data slots those blocks took (4096 per slot; a packed slot holds several compressed blocks).",
 		float64(s.CompressionStoredBytes))
 }
 
@@ -24,6 +24,6 @@ func (e emitter) compression(v cluster.VolumeStatus) {
 		"Bytes of the volume's blocks written to this node's drives since it started.", float64(c.LogicalBytes),
 		"volume", v.Name, "algorithm", c.Algorithm)
 	e.counter("basalt_volume_compression_stored_bytes_total",
-		"Bytes those blocks took in their slots on this node's drives.", float64(c.StoredBytes),
+		"Bytes of the data slots those blocks took on this node's drives.", float64(c.StoredBytes),
 		"volume", v.Name, "algorithm", c.Algorithm)
 }

@@ -97,23 +97,26 @@ func (w *writer) addBlock(st *stream, v *volume, e summaryEntry, seq cache.Seq, 
 		}
 		n, ok, err := w.comp.Compress(alg, w.compBuf, data)
 		if err == nil && ok {
-			w.countPacked(st, v, n+packedDescLen)
-			w.addFragment(st, e, seq, fragment{lba: e.lba, vol: e.vol, sum: e.sum, alg: alg}, w.compBuf[:n])
+			opened := w.addFragment(st, e, seq, fragment{lba: e.lba, vol: e.vol, sum: e.sum, alg: alg}, w.compBuf[:n])
+			w.countPacked(st, v, opened)
 			return
 		}
 	}
-	w.countPacked(st, v, BlockSize)
+	w.countPacked(st, v, true)
 	w.addData(st, e, seq, data)
 }
 
-// countPacked counts a host block of v packed into stored bytes of its
-// slot (relocated blocks were counted when written).
-func (w *writer) countPacked(st *stream, v *volume, stored int) {
-	if st.kind == streamHost {
-		v.storedBytes.Add(int64(stored))
-		v.logicalBytes.Add(BlockSize)
-		w.s.counters.storedBytes.Add(int64(stored))
-		w.s.counters.logicalBytes.Add(BlockSize)
+// countPacked counts a host block of v packed, and the 4096 bytes of a
+// slot if it took a new one (relocated blocks were counted when written).
+func (w *writer) countPacked(st *stream, v *volume, newSlot bool) {
+	if st.kind != streamHost {
+		return
+	}
+	v.logicalBytes.Add(BlockSize)
+	w.s.counters.logicalBytes.Add(BlockSize)
+	if newSlot {
+		v.storedBytes.Add(BlockSize)
+		w.s.counters.storedBytes.Add(BlockSize)
 	}
 }
 
@@ -140,15 +143,17 @@ func (w *writer) unpackInPlace(block []byte, e summaryEntry) (uint32, error) {
 }
 
 // addFragment adds a compressed block to the current stripe's packed slot,
-// starting a new one in the next data slot when it does not fit.
-func (w *writer) addFragment(st *stream, e summaryEntry, seq cache.Seq, f fragment, comp []byte) {
+// starting a new one in the next data slot when it does not fit (and then
+// reports true).
+func (w *writer) addFragment(st *stream, e summaryEntry, seq cache.Seq, f fragment, comp []byte) bool {
 	b := st.fill
 	rel, sb := len(b.stripes)-1, b.current()
 	p := &sb.pack
 	if p.open && !p.h.fits(len(comp)) {
 		w.closePacked(b, rel)
 	}
-	if !p.open {
+	opened := !p.open
+	if opened {
 		*p = packBuild{open: true, q: sb.slots}
 		sb.slots++
 	}
@@ -161,6 +166,7 @@ func (w *writer) addFragment(st *stream, e summaryEntry, seq cache.Seq, f fragme
 	if len(sb.entries) == sh.entryCap || (sb.slots == sh.slots && p.h.n == maxFragments) {
 		w.closeStripe(st, sb)
 	}
+	return opened
 }
 
 // closePacked ends stripe rel's packed slot, if open: its entries take the

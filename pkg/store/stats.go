@@ -58,9 +58,9 @@ type Stats struct {
 	UsedBytes     int64 // mapped data: what volumes hold on the drives
 	BufferedBytes int64 // block writes still only in the write buffer
 	// CompressionLogicalBytes and CompressionStoredBytes sum the host
-	// blocks packed into stripes since Open and the bytes they took in
-	// their slots (a raw block 4096, a compressed one its fragment and
-	// descriptor): their ratio is the compression achieved.
+	// blocks packed into stripes since Open and the data slots they took
+	// (4096 bytes each: a raw block's own, a packed slot once for all its
+	// fragments): their ratio is the compression achieved on the drives.
 	CompressionLogicalBytes, CompressionStoredBytes int64
 	Volumes                                         int
 

@@ -27,8 +27,8 @@ type volume struct {
 	deleted atomic.Bool
 	staged  stagedState // StageByReference: the volume's staged records and floor
 	// compression is how the writer packs the volume's blocks;
-	// logicalBytes and storedBytes sum the blocks it packed and the bytes
-	// they took in their slots (compress.go).
+	// logicalBytes and storedBytes sum the host blocks it packed and the
+	// data slots they took, in bytes (compress.go, countPacked).
 	compression               compress.Algorithm
 	logicalBytes, storedBytes atomic.Int64
 }
