@@ -12,9 +12,11 @@
 //	POST    /v1/volumes                            201 VolumeView; body CreateVolumeRequest
 //	                                               {"name","size" (bytes or "4GiB"),"rf","hosts",
 //	                                               "allow_any_host"}; no hosts: nobody may connect;
-//	                                               "qos" (qos.Limits)
+//	                                               "qos" (qos.Limits); "compression" ("lz4",
+//	                                               "zstd", "none": the default)
 //	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
-//	                                               per node, nvme connect commands, host_auth
+//	                                               per node (and its compression ratio),
+//	                                               nvme connect commands, host_auth
 //	PATCH   /v1/volumes/{name}                     VolumeView; body VolumeSettings {"allow_any_host"}
 //	DELETE  /v1/volumes/{name}                     {"deleted": name}; the data goes everywhere
 //	POST    /v1/volumes/{name}/resize              200, or 202 while replicas grow; body {"size"}
