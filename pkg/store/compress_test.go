@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"basalt/pkg/compress"
-	"basalt/pkg/meta"
 )
 
 // corpusBlock fills dst with the block written with tag: generated text
@@ -130,16 +129,7 @@ func TestCompressedVolume(t *testing.T) {
 			r.reopen()
 			v, _ = r.s.Volume("c")
 			checkCorpus(t, v, want)
-			var live int64
-			for _, g := range r.s.segs {
-				live += g.live.Load()
-				if g.getState() == meta.SegmentSealed && g.live.Load() > g.capacity() {
-					t.Fatalf("%v: %d live blocks, capacity %d", g.id, g.live.Load(), g.capacity())
-				}
-			}
-			if used := r.s.Stats().UsedBytes / BlockSize; live != used {
-				t.Fatalf("segments count %d live blocks, maps %d", live, used)
-			}
+			checkLiveCounts(t, r.s)
 		})
 	}
 }

@@ -60,13 +60,7 @@ func TestGCUnderChurn(t *testing.T) {
 			r.reopen()
 			v, _ = r.s.Volume("a")
 			checkAll(t, v, want)
-			var live int64
-			for _, g := range r.s.segs {
-				live += g.live.Load()
-			}
-			if used := r.s.Stats().UsedBytes / BlockSize; live != used {
-				t.Fatalf("segments count %d live blocks, maps %d", live, used)
-			}
+			checkLiveCounts(t, r.s)
 		})
 	}
 }

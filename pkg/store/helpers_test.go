@@ -440,3 +440,20 @@ func overwriteTags(t testing.TB, v *Volume, n int, seed uint64, step func()) []u
 	}
 	return want
 }
+
+// checkLiveCounts checks that the segments' live counts sum to the mapped
+// blocks, and that no sealed segment counts more live blocks than its
+// capacity (packed slots included).
+func checkLiveCounts(t testing.TB, s *Store) {
+	t.Helper()
+	var live int64
+	for _, g := range s.segs {
+		live += g.live.Load()
+		if g.getState() == meta.SegmentSealed && g.live.Load() > g.capacity() {
+			t.Fatalf("%v: %d live blocks, capacity %d", g.id, g.live.Load(), g.capacity())
+		}
+	}
+	if used := s.Stats().UsedBytes / BlockSize; live != used {
+		t.Fatalf("segments count %d live blocks, maps %d", live, used)
+	}
+}
