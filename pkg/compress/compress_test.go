@@ -65,6 +65,9 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops its items under the race detector")
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	c := NewCompressor()
 	src, dst, out := text(r, 4096), make([]byte, 4096), make([]byte, 4096)
