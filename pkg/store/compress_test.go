@@ -110,10 +110,14 @@ func TestCompressedVolume(t *testing.T) {
 			if st := r.s.Stats(); stored >= logical || st.CompressionStoredBytes != stored {
 				t.Fatalf("stored %d of %d logical bytes; store counts %d", stored, logical, st.CompressionStoredBytes)
 			}
+			if err := r.s.ResizeVolume("c", int64(n+16)*BlockSize); err != nil { // rewrites its record
+				t.Fatal(err)
+			}
+			want = append(want, make([]uint64, 16)...)
 			r.reopen()
 			v, _ = r.s.Volume("c")
 			if v.Compression() != alg {
-				t.Fatalf("after restart the volume compresses with %v", v.Compression())
+				t.Fatalf("after a resize and a restart the volume compresses with %v", v.Compression())
 			}
 			checkCorpus(t, v, want)
 			gcBefore := r.s.Stats().GCRuns
