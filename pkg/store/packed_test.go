@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
@@ -96,11 +97,17 @@ func TestPackedSlotRoundTrip(t *testing.T) {
 
 func FuzzPackedHeader(f *testing.F) {
 	slot, _ := buildPacked(f, rand.New(rand.NewPCG(1, 2)))
-	f.Add(slot)
-	f.Add(make([]byte, BlockSize))
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add(slot, false)
+	f.Add(slot, true)
+	f.Add(make([]byte, BlockSize), true)
+	f.Fuzz(func(t *testing.T, b []byte, resum bool) {
 		slot := make([]byte, BlockSize)
 		copy(slot, b)
+		if n := int(slot[5]); resum && n <= maxFragments {
+			// A valid header checksum over mutated descriptors: the
+			// parser's bounds checks and the decompressors get to work.
+			binary.LittleEndian.PutUint32(slot[8:], packedHeaderSum(slot, n))
+		}
 		var h packedHeader
 		if err := parsePackedHeader(slot, &h); err != nil {
 			if !errors.Is(err, ErrBadPackedSlot) {
