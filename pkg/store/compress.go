@@ -184,28 +184,44 @@ func (w *writer) closePacked(b *batch, rel int) {
 	p.open = false
 }
 
-// readPacked reads lba's block, a fragment of a packed slot, into dst: the
-// slot is read (and checked, reconstructed if need be) as any block, then
-// its fragment found and decompressed straight into dst.
-func (s *Store) readPacked(v *volume, lba uint64, e entry, dst []byte) error {
+// readPacked reads lba's block, a fragment of a packed slot, into p, and
+// the following blocks up to max whose map entries point at the same slot
+// and have no newer version in the buffer: the slot is read once (and
+// checked, reconstructed if need be) as any block, then each block's
+// fragment found and decompressed straight into p. It returns the blocks
+// read.
+func (s *Store) readPacked(v *volume, lba uint64, e entry, p []byte, max int) (int, error) {
 	bp := s.chunkBuffer()
 	defer s.putChunkBuffer(bp)
 	slot := (*bp)[:BlockSize]
 	if err := s.readBlock(v, lba, e, slot); err != nil {
-		return err
+		return 0, err
 	}
 	var h packedHeader
 	if err := parsePackedHeader(slot, &h); err != nil {
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	i := h.find(v.info.ID, lba)
-	if i < 0 {
-		return fmt.Errorf("%w: packed slot %d holds no fragment of volume %d block %d", ErrCorrupt, e.pbn(), v.info.ID, lba)
+	n := 0
+	for n < min(max, h.n) {
+		if n > 0 {
+			if v.lmap.get(lba+uint64(n)) != e {
+				break
+			}
+			if _, pending := v.ov.lookup(lba + uint64(n)); pending {
+				break
+			}
+		}
+		i := h.find(v.info.ID, lba+uint64(n))
+		if i < 0 {
+			return n, fmt.Errorf("%w: packed slot %d holds no fragment of volume %d block %d", ErrCorrupt,
+				e.pbn(), v.info.ID, lba+uint64(n))
+		}
+		if err := unpackFragment(slot, &h, i, p[n*BlockSize:(n+1)*BlockSize]); err != nil {
+			return n, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		n++
 	}
-	if err := unpackFragment(slot, &h, i, dst); err != nil {
-		return fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	return nil
+	return n, nil
 }
 
 // Compression returns how the store packs the volume's blocks.

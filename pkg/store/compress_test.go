@@ -40,17 +40,25 @@ func writeCorpus(t testing.TB, v *Volume, lba, tag uint64) {
 	}
 }
 
-// checkCorpus reads every block of v and compares it with want's tags.
+// checkCorpus reads every block of v, one by one and then in runs of 64
+// (the runs packed slots serve several blocks of), and compares them with
+// want's tags.
 func checkCorpus(t testing.TB, v *Volume, want []uint64) {
 	t.Helper()
-	got, exp := make([]byte, BlockSize), make([]byte, BlockSize)
-	for lba, tag := range want {
-		if err := v.ReadAt(ctx, got, int64(lba)*BlockSize); err != nil {
-			t.Fatalf("ReadAt(lba %d): %v", lba, err)
-		}
-		corpusBlock(exp, tag)
-		if !bytes.Equal(got, exp) {
-			t.Fatalf("lba %d: read tag %d, want %d", lba, binary.LittleEndian.Uint64(got), tag)
+	exp := make([]byte, BlockSize)
+	for _, run := range []int{1, 64} {
+		got := make([]byte, run*BlockSize)
+		for lba := 0; lba < len(want); lba += run {
+			n := min(run, len(want)-lba)
+			if err := v.ReadAt(ctx, got[:n*BlockSize], int64(lba)*BlockSize); err != nil {
+				t.Fatalf("ReadAt(lba %d, %d blocks): %v", lba, n, err)
+			}
+			for i := range n {
+				corpusBlock(exp, want[lba+i])
+				if b := got[i*BlockSize : (i+1)*BlockSize]; !bytes.Equal(b, exp) {
+					t.Fatalf("lba %d: read tag %d, want %d", lba+i, binary.LittleEndian.Uint64(b), want[lba+i])
+				}
+			}
 		}
 	}
 }

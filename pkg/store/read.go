@@ -109,7 +109,7 @@ func (s *Store) locate(e entry) (blockAt, bool) {
 // drive read; a block that fails its checksum takes the slow path.
 func (s *Store) readMapped(v *volume, lba uint64, e entry, p []byte, max int) (int, error) {
 	if e.packed() {
-		return 1, s.readPacked(v, lba, e, p[:BlockSize])
+		return s.readPacked(v, lba, e, p, max)
 	}
 	at, ok := s.locate(e)
 	if !ok {
