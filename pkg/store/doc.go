@@ -181,7 +181,8 @@
 // A read of a packed block reads and checks the slot like any block
 // (reconstruction included), finds the newest descriptor of its volume and
 // LBA, checks the fragment's checksum, decompresses it straight into the
-// caller's buffer and checks the block's checksum. Encryption at rest, if
+// caller's buffer and checks the block's checksum; the adjacent LBAs that
+// map to the same slot are served from that one read. Encryption at rest, if
 // any, applies to the whole 4096-byte slot after compression, with the
 // slot's PBN as the XTS tweak: the reader knows it from the map entry
 // before decrypting, raw and packed slots alike.
