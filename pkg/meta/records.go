@@ -101,6 +101,12 @@ type VolumeInfo struct {
 	Size      int64    `json:"size"`
 	BlockSize int      `json:"block_size"`
 	Deleted   bool     `json:"deleted,omitempty"`
+	// Encryption is the volume's encryption at rest ("" none, or
+	// "aes-xts-256"); its key is never stored here, only KeyCheck, a
+	// check value that tells the right key from a wrong one (pkg/store
+	// cipher.go).
+	Encryption string `json:"encryption,omitempty"`
+	KeyCheck   string `json:"key_check,omitempty"`
 }
 
 // SegmentState is where a segment is in its life.
