@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"basalt/pkg/crypt"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,10 @@ type Config struct {
 	Machine    *Machine
 	Replicator Replicator
 	Replicas   Replicas
+	// Keys is the cluster's keyring of key-encryption keys (package
+	// crypt); nil: none, and encrypted volumes are neither created nor
+	// served here.
+	Keys *crypt.Keyring
 	// Target exports the local replicas; Port is this node's port on it.
 	Target *target.Target
 	Port   uint16
