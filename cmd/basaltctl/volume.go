@@ -33,6 +33,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var hosts []string
 	var anyHost bool
 	var q *qosFlags // qos.go
+	var encryption string
 	c := &cobra.Command{
 		Use: "create NAME --size SIZE",
 		Short: "Create a volume replicated on --rf nodes (default 3); it admits no host until one is listed " +
@@ -50,7 +51,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			ctx, cancel := o.ctx()
 			defer cancel()
 			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
-				AllowAnyHost: anyHost, QoS: limits})
+				AllowAnyHost: anyHost, QoS: limits, Encryption: encryption})
 			if err != nil {
 				return err
 			}
@@ -63,6 +64,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 		"give it credentials with basaltctl host add)")
 	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp)
 	q = addQoSFlags(c)
+	c.Flags().StringVar(&encryption, "encryption", "none", encryptionHelp) // encryption.go
 	return c
 }
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"basalt/pkg/crypt"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,8 @@ type CreateVolumeRequest struct {
 	AllowAnyHost bool `json:"allow_any_host,omitempty"`
 	// QoS are the volume's I/O limits (qos.go); absent: none.
 	QoS qos.Limits `json:"qos,omitzero"`
+	// Encryption is "aes-xts-256" or "none"/absent (encryption.go).
+	Encryption string `json:"encryption,omitempty"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.
@@ -245,6 +248,8 @@ var codes = []struct {
 	{"unsupported", http.StatusNotImplemented, cluster.ErrUnsupported},
 	{"unauthenticated", http.StatusUnauthorized, ErrUnauthenticated},
 	{"forbidden", http.StatusForbidden, ErrForbidden},
+	{"no_kek", http.StatusConflict, crypt.ErrNoKEK},
+	{"unwrap", http.StatusConflict, crypt.ErrUnwrap},
 }
 
 // Unwrap returns the cluster sentinel of the error's code, so that

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"basalt/pkg/backend"
@@ -72,6 +73,7 @@ type Config struct {
 // replicas, Raft groups and NVMe subsystems match the metadata.
 type Cluster struct {
 	cfg   Config
+	keys  atomic.Pointer[crypt.Keyring] // Config.Keys, or SetKeys's (encryption.go)
 	m     *Machine
 	meta  Group
 	log   *slog.Logger
@@ -114,6 +116,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: while starting the metadata group: %w", err)
 	}
 	c := &Cluster{cfg: cfg, m: cfg.Machine, meta: meta, log: cfg.Logger, clock: cfg.Clock}
+	c.keys.Store(cfg.Keys)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rec = newReconciler(c)
 	c.wg.Add(4)

@@ -74,19 +74,27 @@ func (c *Cluster) Encrypt(cv *CreateVolume, encryption string) error {
 		return err
 	}
 	defer clear(key)
-	if cv.WrappedKey, cv.KEK, err = c.cfg.Keys.Wrap(key, cv.UUID); err != nil {
+	if cv.WrappedKey, cv.KEK, err = c.keys.Load().Wrap(key, cv.UUID); err != nil {
 		return fmt.Errorf("cluster: volume %q: %w", cv.Name, err)
 	}
 	cv.Encryption = encryption
 	return nil
 }
 
+// SetKeys replaces the keyring (a keyring file read again, with a KEK
+// added or retired); volumes already served keep their keys.
+func (c *Cluster) SetKeys(k *crypt.Keyring) { c.keys.Store(k) }
+
+// NewestKEK returns the ID of the KEK this node wraps data keys under ("":
+// no keyring).
+func (c *Cluster) NewestKEK() string { return c.keys.Load().Newest() }
+
 // RotateKEK re-wraps the data key of every encrypted volume not wrapped
 // under this node's newest KEK, in one metadata command, and returns the
 // volumes it re-wrapped. A volume whose key this keyring cannot unwrap
 // fails the whole rotation, naming it.
 func (c *Cluster) RotateKEK(ctx context.Context) ([]string, error) {
-	newest := c.cfg.Keys.Newest()
+	newest := c.keys.Load().Newest()
 	if newest == "" {
 		return nil, fmt.Errorf("cluster: %w: no keyring configured (security.kek_file)", crypt.ErrNoKEK)
 	}
@@ -95,7 +103,7 @@ func (c *Cluster) RotateKEK(ctx context.Context) ([]string, error) {
 		if v.Encryption == "" || v.KEK == newest {
 			continue
 		}
-		w, id, err := c.cfg.Keys.Rewrap(v.WrappedKey, v.KEK, v.UUID)
+		w, id, err := c.keys.Load().Rewrap(v.WrappedKey, v.KEK, v.UUID)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: volume %q: %w", v.Name, err)
 		}
@@ -151,7 +159,7 @@ func (r *reconciler) openReplica(v *Volume) (Replica, error) {
 	if !ok {
 		return nil, fmt.Errorf("cluster: volume %q is encrypted (%s) and this node's replicas cannot be", v.Name, v.Encryption)
 	}
-	key, err := cfg.Keys.Unwrap(v.WrappedKey, v.KEK, v.UUID)
+	key, err := r.c.keys.Load().Unwrap(v.WrappedKey, v.KEK, v.UUID)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: volume %q: %w", v.Name, err)
 	}

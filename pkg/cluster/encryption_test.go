@@ -33,7 +33,8 @@ func TestEncryptedVolumeMetadata(t *testing.T) {
 	keys := testKeyring(t, "k1")
 	c := create("sec", 1)
 	_, _ = rand.Read(c.Create.UUID[:])
-	cl := &Cluster{cfg: Config{Keys: keys}}
+	cl := &Cluster{}
+	cl.SetKeys(keys)
 	if err := cl.Encrypt(c.Create, EncryptionAESXTS256); err != nil {
 		t.Fatal(err)
 	}
