@@ -135,11 +135,28 @@
 //
 //	bit   63 .. 32                         31 .. 0
 //	      +--------------------------------+--------------------------------+
-//	      | CRC32C of the block's data     | PBN + 1  (0 = unmapped)        |
+//	      | CRC32C of the block on drive   | PBN + 1  (0 = unmapped)        |
 //	      +--------------------------------+--------------------------------+
 //
 // The checksum in the entry, apart from the block, is what catches a
 // misdirected or lost write: a stale block at the right place fails it.
+//
+// The checksum is of the block as it is on the drive: for an encrypted
+// volume, of its ciphertext (the summary's entry checksums likewise).
+//
+// # Encrypted blocks
+//
+// A volume created with encryption aes-xts-256 (cipher.go) has each data
+// slot it takes hold the block encrypted with AES-256-XTS under the
+// volume's 64-byte data key, the XTS sector number being the block's LBA
+// (little-endian in the first 8 bytes of the 16-byte tweak, the rest zero):
+//
+//	slot (4096 bytes) = XTS-Encrypt(data key, sector = LBA, plaintext block)
+//
+// Nothing else on the drives changes: summaries, parity and padding are as
+// for a volume in clear, so the cleaner, scrub and rebuild need no key. The
+// volume's metadata record (meta.VolumeInfo) names the encryption and a
+// check value of the key, never the key.
 //
 // # Stripe summary (version 1)
 //
