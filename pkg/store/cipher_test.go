@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"basalt/pkg/backend"
 	"basalt/pkg/disk"
 )
 
@@ -261,5 +262,34 @@ func TestVolumeOptionsChecked(t *testing.T) {
 	}
 	if err := v.SetKey(key); !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("SetKey on a volume in clear: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestEncryptedStagedBytesChanged: a staged block whose caller changed it
+// before destaging (breaking the contract, as
+// TestStagedReadChecksTheCallersBytes does) is stored with a checksum its
+// ciphertext fails, so once destaged it reads as ErrMedia, as it would in
+// clear; an unchanged neighbour reads back.
+func TestEncryptedStagedBytesChanged(t *testing.T) {
+	seed := testSeeds(t, 1)[0]
+	r := newRig(t, stagedRigConfig(false))
+	v, err := r.s.CreateVolumeWith("v", 4<<20, VolumeOptions{Encryption: EncryptionAESXTS256,
+		Key: randomKey(rand.New(rand.NewPCG(uint64(seed), 3)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := taggedBlocks(7, 8)
+	if err := v.WriteStaged(p, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	p[100] ^= 1
+	if err := r.s.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tryReadTags(v, 0, 1); !errors.Is(err, backend.ErrMedia) {
+		t.Fatalf("read of a destaged block its caller changed: %v, want ErrMedia", err)
+	}
+	if got := readTags(t, v, 1, 1); got[0] != 8 {
+		t.Fatalf("the unchanged block reads tag %d, want 8", got[0])
 	}
 }
