@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -25,10 +24,13 @@ func keyring(t *testing.T, lines ...string) *crypt.Keyring {
 // squeeze collapses the runs of spaces and tabs of a table into one space.
 func squeeze(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-func kekLine(id string) string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return id + " " + hex.EncodeToString(b)
+func kekLine(t *testing.T, id string) string {
+	t.Helper()
+	line, err := crypt.NewKEKLine(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return line
 }
 
 // TestCLIVolumeEncryption: volume create --encryption aes-xts-256 shows
@@ -36,7 +38,7 @@ func kekLine(id string) string {
 // the newest KEK, after which the old one can go; an unknown encryption
 // and a rotation without a keyring are refused with what to do.
 func TestCLIVolumeEncryption(t *testing.T) {
-	k1, k2 := kekLine("k1"), kekLine("k2")
+	k1, k2 := kekLine(t, "k1"), kekLine(t, "k2")
 	ac := clustertest.NewAPIClusterWithKeys(t, 1, 3*time.Second, keyring(t, k1))
 	secured.Store(ac.Nodes[0].Server.URL, ac.Sec)
 	t.Cleanup(func() { secured.Delete(ac.Nodes[0].Server.URL) })

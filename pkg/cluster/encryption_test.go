@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"testing"
@@ -13,11 +12,9 @@ import (
 
 func testKeyring(t *testing.T, ids ...string) *crypt.Keyring {
 	t.Helper()
-	text := ""
-	for _, id := range ids {
-		b := make([]byte, 32)
-		_, _ = rand.Read(b)
-		text += id + " " + hex.EncodeToString(b) + "\n"
+	text, err := crypt.NewKeyringText(ids...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	k, err := crypt.Parse(text)
 	if err != nil {

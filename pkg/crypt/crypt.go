@@ -155,6 +155,34 @@ func (k *Keyring) find(id string) (KEK, bool) {
 	return KEK{}, false
 }
 
+// NewKEKLine returns a keyring file line for a new KEK of the given ID
+// with a fresh random key (package doc, "Keyring file"), without the
+// newline.
+func NewKEKLine(id string) (string, error) {
+	if !validID(id) {
+		return "", fmt.Errorf("%w: key ID %q: want 1..32 letters, digits, '-' or '_'", ErrKeyring, id)
+	}
+	key := make([]byte, kekSize)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("crypt: while drawing a key-encryption key: %w", err)
+	}
+	return id + " " + hex.EncodeToString(key), nil
+}
+
+// NewKeyringText returns the text of a keyring file with a new KEK for
+// each ID, in order (the last the newest).
+func NewKeyringText(ids ...string) (string, error) {
+	var b strings.Builder
+	for _, id := range ids {
+		line, err := NewKEKLine(id)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(line + "\n")
+	}
+	return b.String(), nil
+}
+
 // NewDataKey returns a fresh random data key.
 func NewDataKey() ([]byte, error) {
 	key := make([]byte, DataKeySize)

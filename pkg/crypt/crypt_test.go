@@ -2,8 +2,6 @@ package crypt
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,11 +11,11 @@ import (
 
 func kekLine(t *testing.T, id string) string {
 	t.Helper()
-	b := make([]byte, kekSize)
-	if _, err := rand.Read(b); err != nil {
+	line, err := NewKEKLine(id)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return id + " " + hex.EncodeToString(b) + "\n"
+	return line + "\n"
 }
 
 // TestRotation: a key wrapped under the old KEK unwraps with the old and
@@ -29,7 +27,7 @@ func TestRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	both, err := Parse(oldLine + "\n" + newLine)
+	both, err := Parse(oldLine + newLine)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +68,9 @@ func TestRotation(t *testing.T) {
 	if _, err := wrong.Unwrap(w2, id2, vol); !errors.Is(err, ErrUnwrap) {
 		t.Fatalf("Unwrap under another key of the same ID: %v, want ErrUnwrap", err)
 	}
+	if _, err := NewKeyringText("k3", "bad id"); !errors.Is(err, ErrKeyring) {
+		t.Fatalf("NewKEKLine with a bad ID: %v, want ErrKeyring", err)
+	}
 	var none *Keyring
 	if _, _, err := none.Wrap(dk, vol); !errors.Is(err, ErrNoKEK) {
 		t.Fatalf("Wrap without a keyring: %v, want ErrNoKEK", err)
@@ -84,6 +85,7 @@ func TestParseRefuses(t *testing.T) {
 		"empty":      "# nothing\n",
 		"short key":  "k1 " + secret[:62] + "\n",
 		"not hex":    "k1 " + strings.Repeat("zz", 32) + "\n",
+		"no key":     "k1\n",
 		"bad id":     "k/1 " + secret + "\n",
 		"twice":      good + good,
 		"extra word": "k1 " + secret + " x\n",

@@ -3,8 +3,6 @@ package node
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"os"
@@ -16,29 +14,29 @@ import (
 	"basalt/pkg/api"
 	"basalt/pkg/cluster"
 	"basalt/pkg/config"
+	"basalt/pkg/crypt"
 	"basalt/pkg/nvme/host"
 )
 
 func writeKeyring(t *testing.T, path string, ids ...string) {
 	t.Helper()
-	text := ""
-	for _, id := range ids {
-		b := make([]byte, 32)
-		_, _ = rand.Read(b)
-		text += id + " " + hex.EncodeToString(b) + "\n"
+	text, err := crypt.NewKeyringText(ids...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// hostIO writes or reads data at LBA 0 of volume v over NVMe/TCP.
-func hostIO(t *testing.T, ctx context.Context, cfg *config.Config, v api.VolumeView, data []byte, write bool) {
+// hostIO writes data at lba of the volume with NQN nqn over NVMe/TCP (FUA),
+// or reads it there and checks it is data.
+func hostIO(t *testing.T, ctx context.Context, cfg *config.Config, nqn string, lba uint64, data []byte, write bool) {
 	t.Helper()
 	var c *host.Controller
 	for c == nil {
 		var err error
-		c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN, HostNQN: testHostNQN})
+		c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: nqn, HostNQN: testHostNQN})
 		if err != nil && ctx.Err() != nil {
 			t.Fatal(err)
 		}
@@ -49,14 +47,14 @@ func hostIO(t *testing.T, ctx context.Context, cfg *config.Config, v api.VolumeV
 	defer c.Close()
 	mp := host.NewMultiPath(c)
 	if write {
-		if err := mp.Write(ctx, 1, 0, data, true); err != nil {
+		if err := mp.Write(ctx, 1, lba, data, true); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
 	got := make([]byte, len(data))
-	if err := mp.Read(ctx, 1, 0, got); err != nil || !bytes.Equal(got, data) {
-		t.Fatalf("read back %s: %v, equal %v", v.Name, err, bytes.Equal(got, data))
+	if err := mp.Read(ctx, 1, lba, got); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %s: %v, equal %v", nqn, err, bytes.Equal(got, data))
 	}
 }
 
@@ -100,8 +98,8 @@ func TestEncryptedVolumeEndToEnd(t *testing.T) {
 	}
 	secData := bytes.Repeat([]byte("END-TO-END-SECRET-"), 16*4096/18+1)[:16*4096]
 	plainData := bytes.Repeat([]byte("END-TO-END-CLEAR--"), 16*4096/18+1)[:16*4096]
-	hostIO(t, ctx, cfg, sec, secData, true)
-	hostIO(t, ctx, cfg, plain, plainData, true)
+	hostIO(t, ctx, cfg, sec.NQN, 0, secData, true)
+	hostIO(t, ctx, cfg, plain.NQN, 0, plainData, true)
 	if err := n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +125,7 @@ func TestEncryptedVolumeEndToEnd(t *testing.T) {
 	if n, err = Start(cfg, log); err != nil {
 		t.Fatal(err)
 	}
-	hostIO(t, ctx, cfg, sec, secData, false)
+	hostIO(t, ctx, cfg, sec.NQN, 0, secData, false)
 	if err := n.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
