@@ -158,5 +158,5 @@ func clusterCmd(o *options) *cobra.Command {
 			}
 			return o.print(v, func(w io.Writer) { printCluster(w, v) })
 		},
-	})
+	}, clusterRotateKEKCmd(o)) // encryption.go
 }

@@ -226,7 +226,8 @@ func printVolume(w io.Writer, v api.VolumeView, via string) {
 		fmt.Fprintf(w, "Moving to:\t%v (catching up: %v)\n", v.Want, v.Learners)
 	}
 	printHosts(w, v)
-	fmt.Fprintf(w, "Limits:\t%s\n", qosText(v.QoS)) // qos.go
+	fmt.Fprintf(w, "Limits:\t%s\n", qosText(v.QoS))        // qos.go
+	fmt.Fprintf(w, "Encryption:\t%s\n", encryptionText(v)) // encryption.go
 	printCompression(w, v)
 	fmt.Fprintf(w, "UUID / NGUID:\t%s / %x\n", v.UUID.UUIDString(), v.NGUID[:])
 	fmt.Fprintf(w, "ANA group:\t%d\n", v.ANAGroup)

@@ -35,6 +35,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	var anyHost bool
 	var q *qosFlags // qos.go
 	var compression string
+	var encryption string
 	c := &cobra.Command{
 		Use: "create NAME --size SIZE",
 		Short: "Create a volume replicated on --rf nodes (default 3); it admits no host until one is listed " +
@@ -55,7 +56,7 @@ func volumeCreateCmd(o *options) *cobra.Command {
 			ctx, cancel := o.ctx()
 			defer cancel()
 			v, err := o.client().CreateVolume(ctx, api.CreateVolumeRequest{Name: args[0], Size: api.Size(n), RF: rf, Hosts: hosts,
-				AllowAnyHost: anyHost, QoS: limits, Compression: compression})
+				AllowAnyHost: anyHost, QoS: limits, Compression: compression, Encryption: encryption})
 			if err != nil {
 				return err
 			}
@@ -69,7 +70,8 @@ func volumeCreateCmd(o *options) *cobra.Command {
 	c.Flags().BoolVar(&anyHost, "allow-any-host", false, allowAnyHostHelp)
 	q = addQoSFlags(c)
 	c.Flags().StringVar(&compression, "compression", "none", "inline compression of the volume's blocks on "+
-		"the nodes' drives: lz4, zstd or none")
+		"the nodes' drives: lz4, zstd or none (not with --encryption)")
+	c.Flags().StringVar(&encryption, "encryption", "none", encryptionHelp) // encryption.go
 	return c
 }
 

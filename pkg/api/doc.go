@@ -13,7 +13,9 @@
 //	                                               {"name","size" (bytes or "4GiB"),"rf","hosts",
 //	                                               "allow_any_host"}; no hosts: nobody may connect;
 //	                                               "qos" (qos.Limits); "compression" ("lz4",
-//	                                               "zstd", "none": the default)
+//	                                               "zstd", "none": the default); "encryption"
+//	                                               ("aes-xts-256" or "none", encryption.go;
+//	                                               not with compression)
 //	GET     /v1/volumes/{name}                     VolumeView: replicas, leader, ANA state
 //	                                               per node (and its compression ratio),
 //	                                               nvme connect commands, host_auth
@@ -28,6 +30,8 @@
 //	                                               host's credentials go with it
 //	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
 //	                                               limits it names replace the volume's (qos.go)
+//	POST    /v1/cluster/rotate-kek                 RotateKEKView: every encrypted volume's data
+//	                                               key re-wrapped under the newest KEK
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
 //	                                               node and its scrub schedule
 //	GET     /v1/drives                             DrivesView: this node's drive slots and rebuild

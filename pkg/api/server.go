@@ -82,7 +82,8 @@ func NewServer(cfg Config) *Server {
 	s.route("/v1/local", map[string]handler{"GET": s.getLocal})
 	s.route("/v1/internal/commands", map[string]handler{"POST": s.postCommand})
 	s.driveRoutes()
-	s.qosRoutes() // qos.go
+	s.qosRoutes()        // qos.go
+	s.encryptionRoutes() // encryption.go
 	s.nodeRoutes()
 	s.peerReadRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -193,6 +194,9 @@ func (s *Server) createVolume(r *http.Request) (int, any, error) {
 	cv.UUID[6] = cv.UUID[6]&0x0F | 0x40 // version 4, RFC 9562
 	cv.UUID[8] = cv.UUID[8]&0x3F | 0x80
 	_, _ = rand.Read(cv.NGUID[:])
+	if err := s.encrypt(cv, &req); err != nil {
+		return 0, nil, err
+	}
 	res, err := s.submit(r, cluster.Command{Op: cluster.OpCreateVolume, Create: cv})
 	if err != nil {
 		return 0, nil, err

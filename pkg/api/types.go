@@ -1,6 +1,7 @@
 package api
 
 import (
+	"basalt/pkg/crypt"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -55,6 +56,8 @@ type CreateVolumeRequest struct {
 	// Compression is how the nodes' stores pack the volume's blocks:
 	// "lz4", "zstd", or "none" (absent: none).
 	Compression string `json:"compression,omitempty"`
+	// Encryption is "aes-xts-256" or "none"/absent (encryption.go).
+	Encryption string `json:"encryption,omitempty"`
 }
 
 // ResizeRequest is the body of POST /v1/volumes/{name}/resize.
@@ -251,6 +254,8 @@ var codes = []struct {
 	{"unsupported", http.StatusNotImplemented, cluster.ErrUnsupported},
 	{"unauthenticated", http.StatusUnauthorized, ErrUnauthenticated},
 	{"forbidden", http.StatusForbidden, ErrForbidden},
+	{"no_kek", http.StatusConflict, crypt.ErrNoKEK},
+	{"unwrap", http.StatusConflict, crypt.ErrUnwrap},
 }
 
 // Unwrap returns the cluster sentinel of the error's code, so that

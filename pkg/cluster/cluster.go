@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"basalt/pkg/crypt"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"basalt/pkg/backend"
@@ -28,6 +30,10 @@ type Config struct {
 	Machine    *Machine
 	Replicator Replicator
 	Replicas   Replicas
+	// Keys is the cluster's keyring of key-encryption keys (package
+	// crypt); nil: none, and encrypted volumes are neither created nor
+	// served here.
+	Keys *crypt.Keyring
 	// Target exports the local replicas; Port is this node's port on it.
 	Target *target.Target
 	Port   uint16
@@ -67,6 +73,7 @@ type Config struct {
 // replicas, Raft groups and NVMe subsystems match the metadata.
 type Cluster struct {
 	cfg   Config
+	keys  atomic.Pointer[crypt.Keyring] // Config.Keys, or SetKeys's (encryption.go)
 	m     *Machine
 	meta  Group
 	log   *slog.Logger
@@ -109,6 +116,7 @@ func Start(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: while starting the metadata group: %w", err)
 	}
 	c := &Cluster{cfg: cfg, m: cfg.Machine, meta: meta, log: cfg.Logger, clock: cfg.Clock}
+	c.keys.Store(cfg.Keys)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.rec = newReconciler(c)
 	c.wg.Add(4)

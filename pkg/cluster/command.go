@@ -47,6 +47,8 @@ type Command struct {
 	Allow *bool `json:"allow,omitempty"`
 	// QoS is OpSetQoS's change (command_qos.go).
 	QoS *QoSChange `json:"qos,omitempty"`
+	// Rewrap is OpRewrapKeys's new wrappings (encryption.go).
+	Rewrap []Rewrap `json:"rewrap,omitempty"`
 	// Nodes, Learners and State are the membership commands' fields
 	// (command_members.go).
 	Nodes    []NodeID `json:"nodes,omitempty"`
@@ -71,6 +73,11 @@ type CreateVolume struct {
 	QoS qos.Limits `json:"qos,omitzero"`
 	// Compression: "lz4", "zstd", or empty for none (compression.go).
 	Compression string `json:"compression,omitempty"`
+	// Encryption, KEK and WrappedKey: the volume's encryption at rest
+	// (encryption.go); the data key travels only wrapped.
+	Encryption string `json:"encryption,omitempty"`
+	KEK        string `json:"kek,omitempty"`
+	WrappedKey []byte `json:"wrapped_key,omitempty"`
 }
 
 // Result is what applying a command produced, returned to its proposer.
@@ -125,7 +132,12 @@ func (c *Command) Validate() error {
 				return err
 			}
 		}
+		if err := ValidateEncryption(cv); err != nil {
+			return err
+		}
 		return ValidateQoS(cv.QoS)
+	case OpRewrapKeys:
+		return validateRewrap(c.Rewrap)
 	case OpSetQoS:
 		return c.validateQoS()
 	case OpDeleteVolume, OpReplicaGrown:
@@ -170,6 +182,8 @@ func (s *State) apply(c *Command) (Result, error) {
 		return s.registerNode(c.Node)
 	case OpCreateVolume:
 		return s.createVolume(c.Create)
+	case OpRewrapKeys:
+		return s.rewrapKeys(c.Rewrap)
 	case OpDeleteVolume:
 		if s.Volumes[c.Volume] == nil {
 			return Result{}, fmt.Errorf("%w: volume %q", ErrNotFound, c.Volume)
@@ -250,6 +264,7 @@ func (s *State) createVolume(cv *CreateVolume) (Result, error) {
 		Name: cv.Name, ID: s.NextGroup, UUID: cv.UUID, NGUID: cv.NGUID, Size: cv.Size, BlockSize: BlockSize,
 		Replicas: replicas, AllowAnyHost: cv.AllowAnyHost, ANAGroup: ana,
 		State: VolumeActive, Created: cv.Created, QoS: cv.QoS, Compression: cv.Compression,
+		Encryption: cv.Encryption, KEK: cv.KEK, WrappedKey: cv.WrappedKey,
 	}
 	v.Hosts = slices.Clone(cv.Hosts)
 	slices.Sort(v.Hosts)

@@ -44,6 +44,10 @@
 //	host_secrets.<host NQN>    object      that host's credentials, each optional:
 //	                                       dhchap_secret, dhchap_ctrl_secret ("DHHC-1:..")
 //	                                       and tls_psk ("NVMeTLSkey-1:.."); secrets
+//	encryption                 string      "aes-xts-256", or absent (none)
+//	kek                        string      ID of the KEK wrapped_key is under
+//	wrapped_key                base64      the data key wrapped (pkg/crypt, 93 bytes);
+//	                                       never in API views (Public)
 //	ana_group                  uint32      1..128, unique in the cluster
 //	state, created             string      "active"; RFC 3339 time of the request
 //
@@ -51,7 +55,8 @@
 // Op constants), req (the proposer's request ID, for its result), and the
 // fields the op names: node, create, volume, id, node_id, size, host,
 // secrets (add_host: the host's credentials, replacing what it had), allow
-// (set_allow_any_host). An
+// (set_allow_any_host), rewrap (rewrap_keys: [{volume, from, kek,
+// wrapped_key}], encryption.go). An
 // entry that does not decode, or a command the state refuses (a volume that
 // exists, a host that is not listed), changes nothing but is still applied
 // (the index moves), and the refusal goes back to the proposer.

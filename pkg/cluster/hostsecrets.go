@@ -93,7 +93,8 @@ func (h HostSecrets) Target() target.HostSecrets {
 	return target.HostSecrets{DHCHAPKey: h.DHCHAPSecret, DHCHAPCtrlKey: h.DHCHAPCtrlSecret, TLSPSK: h.TLSPSK}
 }
 
-// Public returns a copy of v without its hosts' secrets, what API views
+// Public returns a copy of v without its hosts' secrets and its wrapped
+// data key (encryption.go, Encryption and KEK stay), what API views
 // and command results carry: HostAuth says instead which mechanisms each
 // listed host's credentials configure. A copy that is already public
 // stays as it is.
@@ -106,5 +107,6 @@ func (v *Volume) Public() *Volume {
 		}
 	}
 	c.Secrets = nil
+	c.WrappedKey = nil
 	return c
 }

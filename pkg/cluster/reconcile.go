@@ -214,7 +214,7 @@ func (r *reconciler) setup(v *Volume) (_ *localVolume, err error) {
 			}
 		}
 	}()
-	if lv.replica, err = openReplica(cfg.Replicas, v); err != nil {
+	if lv.replica, err = r.openReplica(v); err != nil {
 		return nil, err
 	}
 	undo = append(undo, func() { _ = lv.replica.Close() })

@@ -169,6 +169,13 @@ type Volume struct {
 	// listed host, the mechanisms its credentials configure
 	// ("dh-hmac-chap (bidirectional), tls-psk", or "none").
 	HostAuth map[string]string `json:"host_auth,omitempty"`
+	// Encryption is the volume's encryption at rest ("": none, or
+	// "aes-xts-256"); KEK the ID of the key-encryption key its data key is
+	// wrapped under; WrappedKey that wrapping (package crypt), which API
+	// views never show (Public). The data key itself is in no record.
+	Encryption string `json:"encryption,omitempty"`
+	KEK        string `json:"kek,omitempty"`
+	WrappedKey []byte `json:"wrapped_key,omitempty"`
 	// ANAGroup is the volume's ANA group ID, unique in the cluster.
 	ANAGroup uint32 `json:"ana_group"`
 	State    string `json:"state"`
@@ -210,6 +217,7 @@ func (v *Volume) clone() *Volume {
 	c.ReplicaSizes = maps.Clone(v.ReplicaSizes)
 	c.Secrets = maps.Clone(v.Secrets)
 	c.HostAuth = maps.Clone(v.HostAuth)
+	c.WrappedKey = slices.Clone(v.WrappedKey)
 	return &c
 }
 

@@ -19,6 +19,9 @@ import (
 //	join_token_file = ""               # with cluster.join: a file holding an admin token
 //	                                   # ($BASALT_JOIN_TOKEN overrides it); dir must hold
 //	                                   # the cluster's ca.crt (copied from any node)
+//	kek_file = ""                      # the cluster's key-encryption keyring (pkg/crypt,
+//	                                   # "Keyring file"; mode 0600), the same on every node:
+//	                                   # needed to create and serve encrypted volumes
 
 // Security configures how a cluster node proves who it is to the others
 // and checks who they are, and who may use its API.
@@ -37,6 +40,10 @@ type Security struct {
 	// presents to the member it asks; the environment variable
 	// BASALT_JOIN_TOKEN, when set, is used instead.
 	JoinTokenFile string `toml:"join_token_file"`
+	// KEKFile is the cluster's keyring of key-encryption keys, which wrap
+	// the data keys of encrypted volumes (pkg/crypt). Empty: none, and
+	// volumes with encryption can be neither created nor served here.
+	KEKFile string `toml:"kek_file"`
 }
 
 // EnvJoinToken is the environment variable that gives a joining node its

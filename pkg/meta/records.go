@@ -104,6 +104,12 @@ type VolumeInfo struct {
 	// Compression is how the store packs the volume's blocks: "lz4",
 	// "zstd", or "" (none).
 	Compression string `json:"compression,omitempty"`
+	// Encryption is the volume's encryption at rest ("" none, or
+	// "aes-xts-256"); its key is never stored here, only KeyCheck, a
+	// check value that tells the right key from a wrong one (pkg/store
+	// cipher.go).
+	Encryption string `json:"encryption,omitempty"`
+	KeyCheck   string `json:"key_check,omitempty"`
 }
 
 // SegmentState is where a segment is in its life.

@@ -293,12 +293,16 @@ func (cp *clusterParts) startCluster(cfg *config.Config, t *target.Target, port 
 	if cp.store != nil {
 		replicas, src.Store = storeReplicas{s: cp.store}, storeSample(cp.store, cp.scrub)
 	}
+	keys, err := loadKeyring(cfg.Security.KEKFile)
+	if err != nil {
+		return err
+	}
 	src.Cluster = func() cluster.LocalStatus { return cp.cluster.Local() }
 	cp.metrics = metrics.New(src, clock.Real())
 	cp.peers = newPeerReads(replication.NodeID(cl.NodeID), cp.client, log.With("part", "peer-read"))
 	cp.cluster, err = cluster.Start(cluster.Config{
 		Self: self, Peers: peers, Machine: m, Replicator: raftReplicator{h: cp.host, peers: cp.peers}, Replicas: replicas,
-		Target: t, Port: port, Forward: cp.client.Forwarder(),
+		Keys: keys, Target: t, Port: port, Forward: cp.client.Forwarder(),
 		Wrap: func(v *cluster.Volume, b backend.Backend) backend.Backend {
 			return cp.metrics.TrackVolume(v.Name, b)
 		},

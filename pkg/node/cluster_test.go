@@ -16,7 +16,6 @@ import (
 	"basalt/pkg/api"
 	"basalt/pkg/config"
 	"basalt/pkg/identity"
-	"basalt/pkg/nvme/host"
 	"basalt/tests/ports"
 )
 
@@ -104,32 +103,7 @@ func TestOneNodeClusterServesAndKeepsData(t *testing.T) {
 				t.Errorf("default rf on one node: %d", v.RF)
 			}
 			data := bytes.Repeat([]byte("basalt!!"), 512)
-			rw := func(write bool) {
-				t.Helper()
-				var c *host.Controller
-				var err error
-				for c == nil {
-					c, err = host.Dial(ctx, cfg.NVMe.Advertise, host.Options{SubNQN: v.NQN, HostNQN: testHostNQN})
-					if err != nil && ctx.Err() != nil {
-						t.Fatal(err)
-					}
-					if err != nil {
-						time.Sleep(50 * time.Millisecond)
-					}
-				}
-				defer c.Close()
-				mp := host.NewMultiPath(c)
-				if write {
-					if err := mp.Write(ctx, 1, 7, data, true); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				got := make([]byte, len(data))
-				if err := mp.Read(ctx, 1, 7, got); err != nil || !bytes.Equal(got, data) {
-					t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, data))
-				}
-			}
+			rw := func(write bool) { t.Helper(); hostIO(t, ctx, cfg, v.NQN, 7, data, write) }
 			rw(true)
 			if err := n.Shutdown(ctx); err != nil {
 				t.Fatal(err)

@@ -233,13 +233,6 @@ func (v *Volume) CompressionStats() (logical, stored int64) {
 	return v.v.logicalBytes.Load(), v.v.storedBytes.Load()
 }
 
-// VolumeOptions are a volume's settings, fixed at creation.
-type VolumeOptions struct {
-	// Compression is how the writer packs the volume's blocks into
-	// stripes (default none).
-	Compression compress.Algorithm
-}
-
 // fragmentCount recomputes the segments' fragments at recovery from the
 // maps: a packed slot that n live entries point at counts n-1. Fragments
 // no longer live are not counted, so a segment's capacity is then a lower

@@ -95,6 +95,7 @@ type modelVolume struct {
 	v     *Volume
 	tags  []uint64
 	maybe map[int]uint64
+	key   []byte // an encrypted volume's data key (set again after every open)
 }
 
 type crashRun struct {
@@ -136,11 +137,16 @@ func runCrashSeedWith(t *testing.T, seed int64, synchronous bool, o VolumeOption
 	c := &crashRun{t: t, rng: rng, r: newRig(t, crashRigConfig(rng, synchronous)), sync: synchronous}
 	for i, blocks := range []int{120, 72} {
 		name := fmt.Sprintf("v%d", i)
-		v, err := c.r.s.CreateVolumeWith(name, int64(blocks)*BlockSize, o)
+		vo := o
+		if i == 1 && o.Compression == compress.None { // v1 is encrypted (cipher.go) unless the run compresses
+			vo = VolumeOptions{Encryption: EncryptionAESXTS256, Key: randomKey(rng)}
+		}
+		v, err := c.r.s.CreateVolumeWith(name, int64(blocks)*BlockSize, vo)
 		if err != nil {
 			return err
 		}
-		c.vols = append(c.vols, &modelVolume{name: name, v: v, tags: make([]uint64, blocks), maybe: map[int]uint64{}})
+		c.vols = append(c.vols, &modelVolume{name: name, v: v, tags: make([]uint64, blocks), maybe: map[int]uint64{},
+			key: vo.Key})
 	}
 	for life := range 4 {
 		ops := 60 + rng.IntN(240)
@@ -321,6 +327,11 @@ func (c *crashRun) verify() error {
 		v, err := c.r.s.Volume(mv.name)
 		if err != nil {
 			return err
+		}
+		if mv.key != nil {
+			if err := v.SetKey(mv.key); err != nil {
+				return err
+			}
 		}
 		mv.v = v
 		got, err := tryReadTags(v, 0, len(mv.tags))

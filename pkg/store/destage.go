@@ -63,7 +63,7 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 		}
 		// The block is not checksummed again here: the buffer computed its
 		// sum from this very copy, and Open verified recovered records whole.
-		block, sum := r.block(i), r.sum(i)
+		block, sum, ok := r.block(i), r.sum(i), true
 		if st.batchFull() {
 			w.packIndex = i
 			return false, nil
@@ -74,6 +74,10 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 				return false, nil
 			}
 			return false, err
+		}
+		if block, sum, ok = w.encrypt(v, lba, block, sum); !ok {
+			w.packIndex = i // an encrypted volume without its key: its records wait
+			return false, nil
 		}
 		w.addBlock(st, v, summaryEntry{kind: kindWrite, vol: r.vol, lba: lba, sum: sum}, seq, block)
 	}

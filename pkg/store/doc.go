@@ -136,7 +136,7 @@
 //
 //	bit   63 .. 32                         31   30 .. 0
 //	      +--------------------------------+----+---------------------------+
-//	      | CRC32C of the slot's data      | P  | PBN + 1  (0 = unmapped)   |
+//	      | CRC32C of the slot on drive    | P  | PBN + 1  (0 = unmapped)   |
 //	      +--------------------------------+----+---------------------------+
 //
 // P (packed) is set when the slot is a packed slot (below) holding the
@@ -182,10 +182,26 @@
 // (reconstruction included), finds the newest descriptor of its volume and
 // LBA, checks the fragment's checksum, decompresses it straight into the
 // caller's buffer and checks the block's checksum; the adjacent LBAs that
-// map to the same slot are served from that one read. Encryption at rest, if
-// any, applies to the whole 4096-byte slot after compression, with the
-// slot's PBN as the XTS tweak: the reader knows it from the map entry
-// before decrypting, raw and packed slots alike.
+// map to the same slot are served from that one read. A volume is not both
+// compressed and encrypted (VolumeOptions.check): the cipher's sector number
+// is one block's LBA, and a packed slot holds several.
+//
+// The checksum is of the block as it is on the drive: for an encrypted
+// volume, of its ciphertext (the summary's entry checksums likewise).
+//
+// # Encrypted blocks
+//
+// A volume created with encryption aes-xts-256 (cipher.go) has each data
+// slot it takes hold the block encrypted with AES-256-XTS under the
+// volume's 64-byte data key, the XTS sector number being the block's LBA
+// (little-endian in the first 8 bytes of the 16-byte tweak, the rest zero):
+//
+//	slot (4096 bytes) = XTS-Encrypt(data key, sector = LBA, plaintext block)
+//
+// Nothing else on the drives changes: summaries, parity and padding are as
+// for a volume in clear, so the cleaner, scrub and rebuild need no key. The
+// volume's metadata record (meta.VolumeInfo) names the encryption and a
+// check value of the key, never the key.
 //
 // # Stripe summary (version 1)
 //

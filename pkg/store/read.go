@@ -141,7 +141,7 @@ func (s *Store) readMapped(v *volume, lba uint64, e entry, p []byte, max int) (i
 			return i, nil // moved meanwhile: the caller reads it again
 		}
 		if blockSum(block) == ei.sum() {
-			copy(p[i*BlockSize:], block)
+			v.opened(lba+uint64(i), p[i*BlockSize:], block)
 			continue
 		}
 		if err := s.readBlock(v, lba+uint64(i), ei, p[i*BlockSize:(i+1)*BlockSize]); err != nil {
@@ -164,7 +164,7 @@ func (s *Store) readBlock(v *volume, lba uint64, e entry, dst []byte) error {
 	block := (*bp)[:BlockSize]
 	readErr := s.readDrive(at.drive, block, at.offset)
 	if readErr == nil && blockSum(block) == e.sum() {
-		copy(dst, block)
+		v.opened(lba, dst, block)
 		return nil
 	}
 	if v.lmap.get(lba) != e {
@@ -179,7 +179,7 @@ func (s *Store) readBlock(v *volume, lba uint64, e entry, dst []byte) error {
 		return fmt.Errorf("%w: block %d of %v (%v stripe %d): %w", backend.ErrMedia, lba, v.info.ID,
 			at.seg, at.stripe, err)
 	}
-	copy(dst, block)
+	v.opened(lba, dst, block)
 	if !errors.Is(readErr, errDriveUnavailable) {
 		s.repair(at, block)
 	}

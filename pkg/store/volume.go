@@ -25,7 +25,8 @@ type volume struct {
 	ov      *overlay
 	mapped  atomic.Int64 // mapped map entries
 	deleted atomic.Bool
-	staged  stagedState // StageByReference: the volume's staged records and floor
+	staged  stagedState                // StageByReference: the volume's staged records and floor
+	cipher  atomic.Pointer[slotCipher] // an encrypted volume's, once its key is set (cipher.go)
 	// compression is how the writer packs the volume's blocks;
 	// logicalBytes and storedBytes sum the host blocks it packed and the
 	// data slots they took, in bytes (compress.go, countPacked).
@@ -95,7 +96,8 @@ func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
 	return s.CreateVolumeWith(name, size, VolumeOptions{})
 }
 
-// CreateVolumeWith is CreateVolume with the volume's options.
+// CreateVolumeWith is CreateVolume with the volume's options (compression,
+// encryption; not both: ErrInvalidOptions).
 func (s *Store) CreateVolumeWith(name string, size int64, o VolumeOptions) (*Volume, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -103,12 +105,18 @@ func (s *Store) CreateVolumeWith(name string, size int64, o VolumeOptions) (*Vol
 	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks || !o.Compression.Valid() {
 		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	s.vols.Lock()
 	defer s.vols.Unlock()
 	if _, ok := s.vols.byName[name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrVolumeExists, name)
 	}
-	info := meta.VolumeInfo{ID: s.vols.nextID, Name: name, Size: size, BlockSize: BlockSize}
+	info := meta.VolumeInfo{ID: s.vols.nextID, Name: name, Size: size, BlockSize: BlockSize, Encryption: o.Encryption}
+	if o.Key != nil {
+		info.KeyCheck = keyCheck(o.Key)
+	}
 	if o.Compression != compress.None {
 		info.Compression = o.Compression.String()
 	}
@@ -117,9 +125,12 @@ func (s *Store) CreateVolumeWith(name string, size int64, o VolumeOptions) (*Vol
 	}
 	s.vols.nextID++
 	v := s.newVolume(info)
+	if err := v.applyKey(o); err != nil {
+		return nil, err // o.check accepted the key: not reached
+	}
 	s.vols.byName[name] = v
 	s.publishVolumesLocked()
-	s.log.Info("volume created", "volume", name, "id", info.ID, "size", size)
+	s.log.Info("volume created", "volume", name, "id", info.ID, "size", size, "encryption", o.Encryption)
 	return &Volume{s: s, v: v}, nil
 }
 
@@ -236,6 +247,9 @@ func (h *Volume) check(off, n int64) (uint64, int, error) {
 		return 0, 0, backend.ErrClosed
 	}
 	if err := h.s.usable(); err != nil {
+		return 0, 0, err
+	}
+	if err := h.v.keyErr(); err != nil {
 		return 0, 0, err
 	}
 	if off%BlockSize != 0 || n%BlockSize != 0 {

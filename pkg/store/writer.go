@@ -108,6 +108,7 @@ type writer struct {
 	rateAt     time.Time
 	rateBase   uint64
 	failed     error
+	sealBuf    []byte   // one slot: an encrypted block on its way into a stripe (cipher.go)
 	chunkBufs  [][]byte // the cleaner's chunk buffers
 	// flights are the batches being written, of both streams, in the
 	// order they were flushed (their stripes' sequence order).

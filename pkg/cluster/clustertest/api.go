@@ -1,6 +1,7 @@
 package clustertest
 
 import (
+	"basalt/pkg/crypt"
 	"bytes"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,9 @@ type APICluster struct {
 	Nodes []*APINode
 	// Sec is the cluster's CA, node certificates and tokens.
 	Sec *TestSecurity
+	// Keys is every node's keyring of key-encryption keys (nil: none);
+	// NewAPIClusterWithKeys sets it.
+	Keys *crypt.Keyring
 	// Logs holds what every node's cluster, metadata machine and API
 	// logged, at debug level (tests check it for what must never be
 	// logged).
@@ -90,7 +94,13 @@ func (s *swapHandler) set(h http.Handler) {
 // are registered. Node 1 leads the metadata. Changes time out after
 // timeout. Everything stops at the end of the test.
 func NewAPICluster(t testing.TB, n int, timeout time.Duration) *APICluster {
-	ac := &APICluster{t: t, Net: NewNet(), Sec: NewTestSecurity(t, n)}
+	return NewAPIClusterWithKeys(t, n, timeout, nil)
+}
+
+// NewAPIClusterWithKeys is NewAPICluster with keys as every node's keyring
+// of key-encryption keys (encrypted volumes).
+func NewAPIClusterWithKeys(t testing.TB, n int, timeout time.Duration, keys *crypt.Keyring) *APICluster {
+	ac := &APICluster{t: t, Net: NewNet(), Sec: NewTestSecurity(t, n), Keys: keys}
 	var peers []cluster.Node
 	var handlers []*swapHandler
 	for i := 1; i <= n; i++ {
@@ -136,7 +146,7 @@ func (ac *APICluster) startNode(an *APINode, peers []cluster.Node, h *swapHandle
 	reg := metrics.New(metrics.Sources{Target: tgt.Stats, Cluster: func() cluster.LocalStatus { return c.Local() }}, nil)
 	c, err = cluster.Start(cluster.Config{
 		Self: peers[an.ID-1], Peers: peers, Machine: m, Replicator: ac.Net.Replicator(an.ID),
-		Replicas: &cluster.MemoryReplicas{}, Target: tgt, Port: uint16(an.ID), Resync: 20 * time.Millisecond,
+		Replicas: &cluster.MemoryReplicas{}, Keys: ac.Keys, Target: tgt, Port: uint16(an.ID), Resync: 20 * time.Millisecond,
 		Forward: client.Forwarder(), Logger: log,
 		Wrap:   func(v *cluster.Volume, b backend.Backend) backend.Backend { return reg.TrackVolume(v.Name, b) },
 		Unwrap: func(v *cluster.Volume) { reg.ForgetVolume(v.Name) },
