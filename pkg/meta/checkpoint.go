@@ -81,6 +81,10 @@ func (d *DB) BeginCheckpoint() (*CheckpointWriter, error) {
 	return w, nil
 }
 
+// Gen returns the generation the checkpoint is written under: the one in
+// force once Commit returns nil.
+func (w *CheckpointWriter) Gen() uint64 { return w.gen }
+
 // Put adds chunk of vol's map. data is copied. Chunks of a volume must be
 // put in increasing order; an all-zero chunk need not be put at all.
 func (w *CheckpointWriter) Put(vol VolumeID, chunk uint32, data []byte) error {

@@ -230,7 +230,7 @@ func TestLBAMap(t *testing.T) {
 		t.Fatal("untouched chunk allocated")
 	}
 	var dropped []entry
-	m.unmapRange(0, 3*mapChunkEntries, func(e entry) { dropped = append(dropped, e) })
+	m.unmapRange(0, 3*mapChunkEntries, func(_ uint64, e entry) { dropped = append(dropped, e) })
 	if len(dropped) != 2 || m.get(5) != 0 {
 		t.Fatalf("unmapRange dropped %v", dropped)
 	}

@@ -196,7 +196,7 @@ func (w *writer) relocateStripe(g *segment, geom *segGeom, j int, sum *summary) 
 			continue
 		}
 		pbn := w.s.lay.pbn(g.id, sh, j, q)
-		if v := w.s.volumeByID(e.vol); v != nil && e.lba < v.blocks() && v.lmap.get(e.lba) == makeEntry(pbn, e.sum) {
+		if v := w.s.volumeByID(e.vol); v != nil && v.familyMaps(e.lba, makeEntry(pbn, e.sum)) {
 			lives = append(lives, liveBlock{q: q, e: e})
 		}
 		q++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"basalt/cache"
@@ -25,12 +26,14 @@ type volume struct {
 	mapped  atomic.Int64 // mapped map entries
 	deleted atomic.Bool
 	staged  stagedState // StageByReference: the volume's staged records and floor
+	fam     *family     // the volumes it shares blocks with (snapshot.go)
 }
 
 func (s *Store) newVolume(info meta.VolumeInfo) *volume {
 	lmap := newLBAMap(uint64(info.Size) / BlockSize)
 	v := &volume{info: info, lmap: lmap, ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
 	v.size.Store(info.Size)
+	v.fam = &family{members: []*volume{v}}
 	return v
 }
 
@@ -72,10 +75,13 @@ func (s *Store) volumeList() []*volume {
 	return vols
 }
 
-// Volumes describes the volumes, in ID order.
+// Volumes describes the writable volumes (clones among them), in ID order.
 func (s *Store) Volumes() []meta.VolumeInfo {
 	var out []meta.VolumeInfo
 	for _, v := range s.volumeList() {
+		if v.info.SnapshotOf != 0 {
+			continue // Snapshots lists them
+		}
 		out = append(out, v.current())
 	}
 	return out
@@ -88,7 +94,7 @@ func (s *Store) CreateVolume(name string, size int64) (*Volume, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks {
+	if name == "" || strings.Contains(name, SnapshotSep) || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks {
 		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
 	}
 	s.vols.Lock()
@@ -154,6 +160,10 @@ func (s *Store) DeleteVolume(name string) error {
 	if !ok {
 		s.vols.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoVolume, name)
+	}
+	if err := s.dependentsLocked(v); err != nil {
+		s.vols.Unlock()
+		return err
 	}
 	tomb := v.current()
 	tomb.Deleted = true
@@ -243,6 +253,9 @@ func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend
 	if err != nil || n == 0 {
 		return err
 	}
+	if err := h.writable(); err != nil {
+		return err
+	}
 	s := h.s
 	if err := s.admit(h.v, lba, n); err != nil {
 		return err
@@ -295,6 +308,9 @@ func (s *Store) writeError(ctx context.Context, err error) error {
 func (h *Volume) Trim(ctx context.Context, off, n int64) error {
 	lba, count, err := h.check(off, n)
 	if err != nil || count == 0 {
+		return err
+	}
+	if err := h.writable(); err != nil {
 		return err
 	}
 	s := h.s

@@ -1,0 +1,148 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// SnapshotInfo describes a snapshot of a volume.
+type SnapshotInfo struct {
+	Name   string // the snapshot's own name (s1 of db@s1)
+	Volume string // the volume it was taken of
+	Size   int64  // the volume's size when it was taken, bytes
+	// PinnedBytes is the space only this snapshot holds: what deleting it
+	// would return (blocks the volume and the family's other members have
+	// overwritten, trimmed or never had).
+	PinnedBytes int64
+	// Clones names the clones made from the snapshot.
+	Clones []string
+}
+
+// CreateSnapshot takes a snapshot of the named volume: a read-only volume,
+// opened as Volume(volume+SnapshotSep+name), that holds every write the
+// volume completed before the call and none it started after. No data is
+// copied. It is durable when CreateSnapshot returns; a crash before that
+// leaves no snapshot.
+func (s *Store) CreateSnapshot(ctx context.Context, volume, name string) (SnapshotInfo, error) {
+	v, err := s.familySource(volume, name, false)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	fc := &familyCmd{name: volume + SnapshotSep + name, src: v}
+	if err := s.call(ctx, command{kind: cmdSnapshot, fam: fc}); err != nil {
+		return SnapshotInfo{}, fmt.Errorf("store: while taking snapshot %q of %q: %w", name, volume, err)
+	}
+	s.log.Info("snapshot created", "volume", volume, "snapshot", name, "id", fc.info.ID)
+	return SnapshotInfo{Name: name, Volume: volume, Size: fc.info.Size}, nil
+}
+
+// CloneVolume creates the writable volume name from the snapshot snap of
+// volume: it reads as the snapshot did and shares the snapshot's blocks
+// until they are overwritten. It is durable when CloneVolume returns.
+func (s *Store) CloneVolume(ctx context.Context, volume, snap, name string) (*Volume, error) {
+	if name == "" || strings.Contains(name, SnapshotSep) {
+		return nil, fmt.Errorf("%w: volume name %q", ErrInvalidOptions, name)
+	}
+	sv, err := s.snapshot(volume, snap)
+	if err != nil {
+		return nil, err
+	}
+	fc := &familyCmd{name: name, src: sv}
+	if err := s.call(ctx, command{kind: cmdClone, fam: fc}); err != nil {
+		return nil, fmt.Errorf("store: while cloning %q from %s%s%s: %w", name, volume, SnapshotSep, snap, err)
+	}
+	s.log.Info("clone created", "volume", name, "origin", sv.info.Name, "id", fc.info.ID)
+	return s.Volume(name)
+}
+
+// RollbackVolume makes the named volume read as its snapshot snap does:
+// writes completed before the call are gone, writes started after it
+// apply on top. The caller keeps hosts off the volume meanwhile.
+func (s *Store) RollbackVolume(ctx context.Context, volume, snap string) error {
+	v, err := s.familySource(volume, snap, true)
+	if err != nil {
+		return err
+	}
+	sv, err := s.snapshot(volume, snap)
+	if err != nil {
+		return err
+	}
+	if err := s.call(ctx, command{kind: cmdRollback, vol: v, fam: &familyCmd{src: sv}}); err != nil {
+		return fmt.Errorf("store: while rolling %q back to %q: %w", volume, snap, err)
+	}
+	s.log.Info("volume rolled back", "volume", volume, "snapshot", snap)
+	return nil
+}
+
+// DeleteSnapshot deletes the snapshot name of volume; the blocks only it
+// held are returned by the cleaner. It is refused, wrapping ErrInUse, while
+// clones of it exist.
+func (s *Store) DeleteSnapshot(volume, name string) error {
+	if _, err := s.snapshot(volume, name); err != nil {
+		return err
+	}
+	return s.DeleteVolume(volume + SnapshotSep + name)
+}
+
+// Snapshots describes the named volume's snapshots, in the order taken.
+func (s *Store) Snapshots(volume string) ([]SnapshotInfo, error) {
+	v, err := s.familySource(volume, "", true)
+	if err != nil {
+		return nil, err
+	}
+	s.vols.Lock()
+	defer s.vols.Unlock()
+	var out []SnapshotInfo
+	for _, m := range v.fam.members {
+		if m.info.SnapshotOf != v.info.ID || m.deleted.Load() {
+			continue
+		}
+		si := SnapshotInfo{Name: strings.TrimPrefix(m.info.Name, volume+SnapshotSep), Volume: volume,
+			Size: m.info.Size}
+		m.lmap.forEach(func(lba uint64, e entry) {
+			if !m.sharedAt(lba, e) {
+				si.PinnedBytes += BlockSize
+			}
+		})
+		for _, c := range m.fam.members {
+			if c.info.Origin == m.info.ID && !c.deleted.Load() {
+				si.Clones = append(si.Clones, c.info.Name)
+			}
+		}
+		out = append(out, si)
+	}
+	return out, nil
+}
+
+// familySource returns the writable volume named volume, checking name as
+// a snapshot name unless skipName.
+func (s *Store) familySource(volume, name string, skipName bool) (*volume, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if !skipName && (name == "" || strings.Contains(name, SnapshotSep)) {
+		return nil, fmt.Errorf("%w: snapshot name %q", ErrInvalidOptions, name)
+	}
+	s.vols.Lock()
+	defer s.vols.Unlock()
+	v, ok := s.vols.byName[volume]
+	if !ok || v.info.SnapshotOf != 0 {
+		return nil, fmt.Errorf("%w: %q", ErrNoVolume, volume)
+	}
+	return v, nil
+}
+
+// snapshot returns the snapshot snap of volume.
+func (s *Store) snapshot(volume, snap string) (*volume, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	s.vols.Lock()
+	defer s.vols.Unlock()
+	v, ok := s.vols.byName[volume+SnapshotSep+snap]
+	if !ok || v.info.SnapshotOf == 0 {
+		return nil, fmt.Errorf("%w: snapshot %q of %q", ErrNoVolume, snap, volume)
+	}
+	return v, nil
+}
