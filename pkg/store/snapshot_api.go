@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -145,4 +146,40 @@ func (s *Store) snapshot(volume, snap string) (*volume, error) {
 		return nil, fmt.Errorf("%w: snapshot %q of %q", ErrNoVolume, snap, volume)
 	}
 	return v, nil
+}
+
+// CreateSnapshot takes the snapshot name of the handle's volume; one that
+// exists is left as it is (volume.Snapshotter: applying it again is
+// harmless).
+func (h *Volume) CreateSnapshot(ctx context.Context, name string) error {
+	_, err := h.s.CreateSnapshot(ctx, h.v.info.Name, name)
+	if errors.Is(err, ErrVolumeExists) {
+		return nil
+	}
+	return err
+}
+
+// DeleteSnapshot deletes the snapshot name of the handle's volume; one that
+// does not exist is no error.
+func (h *Volume) DeleteSnapshot(name string) error {
+	err := h.s.DeleteSnapshot(h.v.info.Name, name)
+	if errors.Is(err, ErrNoVolume) {
+		return nil
+	}
+	return err
+}
+
+// RollbackTo rolls the handle's volume back to its snapshot name.
+func (h *Volume) RollbackTo(ctx context.Context, name string) error {
+	return h.s.RollbackVolume(ctx, h.v.info.Name, name)
+}
+
+// SnapshotNames lists the handle's volume's snapshots, in the order taken.
+func (h *Volume) SnapshotNames() []string {
+	snaps, _ := h.s.Snapshots(h.v.info.Name)
+	names := make([]string, len(snaps))
+	for i, sn := range snaps {
+		names[i] = sn.Name
+	}
+	return names
 }
