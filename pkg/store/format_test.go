@@ -300,8 +300,11 @@ func TestOverlayOrdering(t *testing.T) {
 		t.Fatalf("write older than a covering trim shows: %+v", ref)
 	}
 	o.addWrite(8, 20, 1)
-	if !o.current(20, 8, 0) || o.current(10, 5, 0) {
+	if !o.current(20, 8, 0, 8) || o.current(10, 5, 0, 8) {
 		t.Fatal("current is wrong")
+	}
+	if !o.current(10, 5, 0, 6) {
+		t.Fatal("a block overwritten only by a record not yet published is not current")
 	}
 	if writes.Load() != 1 || fresh.Load() != 1 {
 		t.Fatalf("pending writes %d (fresh %d), want 1 (1)", writes.Load(), fresh.Load())

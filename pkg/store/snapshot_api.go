@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"time"
+
+	"basalt/pkg/backend"
 )
 
 // SnapshotInfo describes a snapshot of a volume.
@@ -31,6 +35,9 @@ func (s *Store) CreateSnapshot(ctx context.Context, volume, name string) (Snapsh
 		return SnapshotInfo{}, err
 	}
 	fc := &familyCmd{name: volume + SnapshotSep + name, src: v}
+	if err := s.awaitPublished(ctx); err != nil {
+		return SnapshotInfo{}, err
+	}
 	if err := s.call(ctx, command{kind: cmdSnapshot, fam: fc}); err != nil {
 		return SnapshotInfo{}, fmt.Errorf("store: while taking snapshot %q of %q: %w", name, volume, err)
 	}
@@ -67,6 +74,9 @@ func (s *Store) RollbackVolume(ctx context.Context, volume, snap string) error {
 	}
 	sv, err := s.snapshot(volume, snap)
 	if err != nil {
+		return err
+	}
+	if err := s.awaitPublished(ctx); err != nil {
 		return err
 	}
 	if err := s.call(ctx, command{kind: cmdRollback, vol: v, fam: &familyCmd{src: sv}}); err != nil {
@@ -182,4 +192,34 @@ func (h *Volume) SnapshotNames() []string {
 		names[i] = sn.Name
 	}
 	return names
+}
+
+// publishWait bounds awaitPublished: records in flight are published within
+// microseconds of their append; one that never is belongs to a failed
+// write buffer.
+const publishWait = 5 * time.Second
+
+// awaitPublished waits until every record appended so far is published: a
+// write acknowledged before the call then lies below the destager's
+// watermark, so the drain of a snapshot or rollback command takes it. (The
+// watermark moves only over contiguous records; a write still between its
+// append and its publication holds it back, and the acknowledged writes
+// after it would be left out of the cut.)
+func (s *Store) awaitPublished(ctx context.Context) error {
+	last := s.stage.usage().last
+	deadline := s.clock.Now().Add(publishWait)
+	for s.pub.published() < last {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.Err(); err != nil {
+			return err
+		}
+		if s.clock.Now().After(deadline) {
+			return fmt.Errorf("%w: write-buffer records up to %v appended, only %v published after %v",
+				backend.ErrWriteFault, last, s.pub.published(), publishWait)
+		}
+		runtime.Gosched()
+	}
+	return nil
 }
