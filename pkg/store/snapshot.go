@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"basalt/cache"
 	"basalt/pkg/backend"
 	"basalt/pkg/meta"
 )
@@ -150,6 +151,7 @@ func (m *lbaMap) release() {
 type familyCmd struct {
 	name string          // the new volume's name (a snapshot's full name)
 	src  *volume         // the volume snapshotted; the snapshot cloned or rolled back to
+	cut  cache.Seq       // snapshot, rollback: the last record the map must hold
 	info meta.VolumeInfo // out: the new volume's record
 }
 
@@ -164,14 +166,14 @@ func (w *writer) handleFamily(c command) error {
 	}
 	switch c.kind {
 	case cmdSnapshot:
-		if err := w.drain(); err != nil {
+		if err := w.drainTo(c.fam.cut); err != nil {
 			return err
 		}
 		return w.addMember(c.fam, true)
 	case cmdClone:
 		return w.addMember(c.fam, false)
 	default: // cmdRollback
-		if err := w.drain(); err != nil {
+		if err := w.drainTo(c.fam.cut); err != nil {
 			return err
 		}
 		w.rollback(c.vol, c.fam.src)

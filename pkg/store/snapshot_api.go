@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"basalt/cache"
 	"basalt/pkg/backend"
 )
 
@@ -35,7 +36,7 @@ func (s *Store) CreateSnapshot(ctx context.Context, volume, name string) (Snapsh
 		return SnapshotInfo{}, err
 	}
 	fc := &familyCmd{name: volume + SnapshotSep + name, src: v}
-	if err := s.awaitPublished(ctx); err != nil {
+	if fc.cut, err = s.awaitPublished(ctx); err != nil {
 		return SnapshotInfo{}, err
 	}
 	if err := s.call(ctx, command{kind: cmdSnapshot, fam: fc}); err != nil {
@@ -76,10 +77,11 @@ func (s *Store) RollbackVolume(ctx context.Context, volume, snap string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.awaitPublished(ctx); err != nil {
+	cut, err := s.awaitPublished(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.call(ctx, command{kind: cmdRollback, vol: v, fam: &familyCmd{src: sv}}); err != nil {
+	if err := s.call(ctx, command{kind: cmdRollback, vol: v, fam: &familyCmd{src: sv, cut: cut}}); err != nil {
 		return fmt.Errorf("store: while rolling %q back to %q: %w", volume, snap, err)
 	}
 	s.log.Info("volume rolled back", "volume", volume, "snapshot", snap)
@@ -199,27 +201,28 @@ func (h *Volume) SnapshotNames() []string {
 // write buffer.
 const publishWait = 5 * time.Second
 
-// awaitPublished waits until every record appended so far is published: a
+// awaitPublished waits until every record appended so far is published,
+// and returns the last of them, the cut a snapshot or rollback drains to: a
 // write acknowledged before the call then lies below the destager's
 // watermark, so the drain of a snapshot or rollback command takes it. (The
 // watermark moves only over contiguous records; a write still between its
 // append and its publication holds it back, and the acknowledged writes
 // after it would be left out of the cut.)
-func (s *Store) awaitPublished(ctx context.Context) error {
+func (s *Store) awaitPublished(ctx context.Context) (cache.Seq, error) {
 	last := s.stage.usage().last
 	deadline := s.clock.Now().Add(publishWait)
 	for s.pub.published() < last {
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if err := s.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if s.clock.Now().After(deadline) {
-			return fmt.Errorf("%w: write-buffer records up to %v appended, only %v published after %v",
+			return 0, fmt.Errorf("%w: write-buffer records up to %v appended, only %v published after %v",
 				backend.ErrWriteFault, last, s.pub.published(), publishWait)
 		}
 		runtime.Gosched()
 	}
-	return nil
+	return last, nil
 }

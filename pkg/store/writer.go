@@ -341,7 +341,12 @@ func (w *writer) handle(c command) {
 // drain packs and writes everything published, padding the last stripe.
 // When the host stream has no segment, it runs the cleaner first; if that
 // frees nothing either, the store is full.
-func (w *writer) drain() error {
+func (w *writer) drain() error { return w.drainTo(0) }
+
+// drainTo is drain up to record upTo (0: everything published): it packs
+// and writes until every record up to upTo is in a stripe, not chasing the
+// records published meanwhile (a snapshot's cut).
+func (w *writer) drainTo(upTo cache.Seq) error {
 	// cleaned counts cleaner rounds since the host stream last packed: more
 	// than a few per segment means cleaning only moves stripes around (it
 	// pads, so relocating can use up what it frees), and drain gives up
@@ -374,7 +379,11 @@ func (w *writer) drain() error {
 		if err != nil {
 			return err
 		}
-		caughtUp := w.nextPack > w.s.pub.published()
+		target := upTo
+		if target == 0 {
+			target = w.s.pub.published()
+		}
+		caughtUp := w.nextPack > target
 		if err := w.flushStream(w.host, caughtUp /* pad only the last stripe */); err != nil {
 			return err
 		}
