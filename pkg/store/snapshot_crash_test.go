@@ -58,22 +58,13 @@ func runSnapshotCrash(t *testing.T, seed int64) error {
 	}
 	c.vols = append(c.vols, &famModel{name: "v", tags: make([]uint64, 96), maybe: map[int]uint64{}})
 	for life := range 4 {
-		ops := 40 + rng.IntN(160)
-		crashAt := int64(1 + rng.IntN(5*ops))
-		clean := rng.IntN(5) == 0
-		if !clean {
-			c.r.gate.at.Store(crashAt)
-		}
+		plan := planLife(rng, c.r, 40, 160)
+		ops, crashAt, clean := plan.ops, plan.crashAt, plan.clean
 		if err := c.workload(ops); err != nil {
 			return fmt.Errorf("life %d: %w", life, err)
 		}
-		if clean {
-			c.r.reopen()
-		} else {
-			c.r.crash(seed*1000+int64(life), []int{0, 30, 100}[rng.IntN(3)])
-			if err := c.r.tryOpen(); err != nil {
-				return fmt.Errorf("life %d: reopening after the crash: %w", life, err)
-			}
+		if err := plan.end(c.r, rng, seed*1000+int64(life)); err != nil {
+			return fmt.Errorf("life %d: %w", life, err)
 		}
 		if err := c.verify(); err != nil {
 			return fmt.Errorf("life %d (crash at gate op %d, clean %v): %w", life, crashAt, clean, err)
@@ -383,6 +374,40 @@ func checkFamilyCounts(s *Store) error {
 	}
 	if got := s.counters.mappedBlocks.Load(); got != total {
 		return fmt.Errorf("the store counts %d mapped blocks, the maps %d", got, total)
+	}
+	return nil
+}
+
+// lifePlan is one life of a crash test: its number of operations, the
+// gate operation the crash comes at, or a clean close (one life in five).
+type lifePlan struct {
+	ops     int
+	crashAt int64
+	clean   bool
+}
+
+// planLife draws a life of minOps to minOps+spread-1 operations and arms
+// r's gate for its crash.
+func planLife(rng *rand.Rand, r *rig, minOps, spread int) lifePlan {
+	p := lifePlan{ops: minOps + rng.IntN(spread)}
+	p.crashAt = int64(1 + rng.IntN(5*p.ops))
+	p.clean = rng.IntN(5) == 0
+	if !p.clean {
+		r.gate.at.Store(p.crashAt)
+	}
+	return p
+}
+
+// end ends the life: a clean close and reopen, or the crash (seed draws
+// what the media keep) and a reopen.
+func (p lifePlan) end(r *rig, rng *rand.Rand, seed int64) error {
+	if p.clean {
+		r.reopen()
+		return nil
+	}
+	r.crash(seed, []int{0, 30, 100}[rng.IntN(3)])
+	if err := r.tryOpen(); err != nil {
+		return fmt.Errorf("reopening after the crash: %w", err)
 	}
 	return nil
 }
