@@ -154,6 +154,12 @@ func (w *CheckpointWriter) Commit(head CheckpointHead) (CheckpointHead, error) {
 	return head, nil
 }
 
+// DeleteStrayChunks removes the chunks of every checkpoint generation but
+// the one in force: what a checkpoint cut short left. Open does it; a store
+// recovering on a database that stayed open calls it, since its next
+// checkpoint takes the generation the one cut short had.
+func (d *DB) DeleteStrayChunks() error { return d.deleteStrayChunks() }
+
 // deleteStrayChunks removes chunks of every generation but the head's.
 func (d *DB) deleteStrayChunks() error {
 	head, ok, err := d.Checkpoint()

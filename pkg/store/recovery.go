@@ -28,6 +28,10 @@ func (s *Store) recover() error {
 	if err := s.meta.ReadCheckpoint(head, s.loadChunk); err != nil {
 		return fmt.Errorf("store: while loading the map checkpoint: %w", err)
 	}
+	reshare(s.volumeList()) // snapshot.go
+	if err := s.meta.DeleteStrayChunks(); err != nil {
+		return fmt.Errorf("store: while deleting what a checkpoint cut short left: %w", err)
+	}
 	if s.counters.base, err = s.meta.GCStats(); err != nil {
 		return err
 	}

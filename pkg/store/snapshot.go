@@ -310,3 +310,47 @@ func (v *volume) sharedBefore(lba uint64, e entry) bool {
 	}
 	return false
 }
+
+// reshare makes a family's maps share the chunks they hold alike again once
+// a checkpoint is loaded, which gives every map its own copy: a member's
+// chunk equal to the same chunk of the family's first member, or of the
+// member before it, is replaced by that one. Only memory is at stake: a
+// chunk shared or not reads the same, and a shared one is copied before it
+// changes.
+func reshare(vols []*volume) {
+	for _, v := range vols {
+		members := v.fam.members
+		if members[0] != v {
+			continue // each family once, at its first member
+		}
+		for i := 1; i < len(members); i++ {
+			for _, from := range []*volume{members[0], members[i-1]} {
+				members[i].lmap.shareEqual(from.lmap)
+			}
+		}
+	}
+}
+
+// shareEqual replaces each of m's chunks whose entries equal src's chunk
+// at the same place by src's. Before the maps are shared with readers.
+func (m *lbaMap) shareEqual(src *lbaMap) {
+	d, sd := m.dir.Load(), src.dir.Load()
+	for ci := range min(len(d.chunks), len(sd.chunks)) {
+		a, b := d.chunks[ci].Load(), sd.chunks[ci].Load()
+		if a == nil || b == nil || a == b || !sameEntries(a, b) {
+			continue
+		}
+		a.refs--
+		b.refs++
+		d.chunks[ci].Store(b)
+	}
+}
+
+func sameEntries(a, b *mapChunk) bool {
+	for i := range a.e {
+		if a.e[i].Load() != b.e[i].Load() {
+			return false
+		}
+	}
+	return true
+}

@@ -157,3 +157,37 @@ func TestSnapshotOrderedWithWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSnapshotChunksSharedAfterRestart: a restart loads every map from the
+// checkpoint as its own copy; recovery shares again the chunks a snapshot
+// holds alike with its volume, and a write to the volume afterwards still
+// leaves the snapshot as it was.
+func TestSnapshotChunksSharedAfterRestart(t *testing.T) {
+	r := newRig(t, defaultRigConfig())
+	v, err := r.s.CreateVolume("db", 2*mapChunkEntries*BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTags(t, v, 0, 1)
+	writeTags(t, v, mapChunkEntries, 2)
+	if _, err := r.s.CreateSnapshot(ctx, "db", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	writeTags(t, v, mapChunkEntries, 3)
+	r.reopen()
+	vol, snap := r.s.volumeByID(mustVolume(r.s, "db").ID()), r.s.volumeByID(mustVolume(r.s, "db@s1").ID())
+	vd, sd := vol.lmap.dir.Load(), snap.lmap.dir.Load()
+	if vd.chunks[0].Load() != sd.chunks[0].Load() || vd.chunks[1].Load() == sd.chunks[1].Load() {
+		t.Fatal("after the restart the unchanged chunk is not shared, or the changed one is")
+	}
+	writeTags(t, mustVolume(r.s, "db"), 0, 4)
+	if err := r.s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTags(t, mustVolume(r.s, "db@s1"), 0, 1); got[0] != 1 {
+		t.Fatalf("the snapshot reads %d after the volume's write to a re-shared chunk, want 1", got[0])
+	}
+	if err := checkFamilyCounts(r.s); err != nil {
+		t.Fatal(err)
+	}
+}
