@@ -163,3 +163,44 @@ func TestNamedOpEncoding(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotOpsOnStagedReplica: on a store that stages by reference (a
+// cluster node's), a snapshot holds the staged writes before it, a
+// rollback undoes the ones after it, and both leave the replica durable
+// up to their index.
+func TestSnapshotOpsOnStagedReplica(t *testing.T) {
+	n := newStagedNode(t)
+	n.write(t, 0, 'a')
+	run := func(fn func() error) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		for i := 0; ; i++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			default:
+			}
+			if i > 100000 {
+				t.Fatal("the operation never completed")
+			}
+			n.poll()
+		}
+	}
+	ctx := context.Background()
+	run(func() error { return n.vol.CreateSnapshot(ctx, "s1") })
+	if applied := n.vol.applied.Load(); n.vol.AppliedIndex() != applied {
+		t.Fatalf("after the snapshot the durable index is %d, applied %d", n.vol.AppliedIndex(), applied)
+	}
+	n.write(t, 0, 'b')
+	if got := readStore(t, n.store, "v@s1", 0); got[0] != 'a' {
+		t.Fatalf("the snapshot reads %q, want a", got[0])
+	}
+	run(func() error { return n.vol.Rollback(ctx, "s1") })
+	if got := readStore(t, n.store, "v", 0); got[0] != 'a' {
+		t.Fatalf("after the rollback the volume reads %q, want a", got[0])
+	}
+}
