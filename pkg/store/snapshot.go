@@ -181,6 +181,10 @@ func (w *writer) handleFamily(c command) error {
 	}
 }
 
+// refused reports whether a family command's error is a refusal (a name
+// taken, a volume gone) that leaves the store as it was, not a failure.
+func refused(err error) bool { return errors.Is(err, ErrVolumeExists) || errors.Is(err, ErrNoVolume) }
+
 // addMember creates a volume whose map is a share of fc.src's, in fc.src's
 // family: a snapshot of it, or a clone of it. Its blocks are all counted
 // already (fc.src maps them).

@@ -27,7 +27,10 @@ func TestSnapshotCloneRollback(t *testing.T) {
 	if _, err := r.s.CreateSnapshot(ctx, "db", "s1"); err != nil {
 		t.Fatal(err)
 	}
-	writeTags(t, v, 0, 11, 12)
+	if _, err := r.s.CreateSnapshot(ctx, "db", "s1"); !errors.Is(err, ErrVolumeExists) {
+		t.Fatalf("a second snapshot s1: %v, want ErrVolumeExists", err)
+	}
+	writeTags(t, v, 0, 11, 12) // the refusal left the store working
 	snap := mustVolume(r.s, "db@s1")
 	if got := readTags(t, snap, 0, 8); !slices.Equal(got, []uint64{1, 2, 3, 4, 5, 6, 7, 8}) {
 		t.Fatalf("snapshot reads %v", got)

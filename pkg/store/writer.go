@@ -332,7 +332,7 @@ func (w *writer) handle(c command) {
 		err = w.handleFamily(c)
 	}
 	if err != nil && !errors.Is(err, errNoSegment) && !errors.Is(err, backend.ErrMedia) &&
-		!errors.Is(err, backend.ErrNoSpace) {
+		!errors.Is(err, backend.ErrNoSpace) && !refused(err) {
 		w.setFailed(err)
 	}
 	c.reply <- err
