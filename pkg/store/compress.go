@@ -211,7 +211,7 @@ func (s *Store) readPacked(v *volume, lba uint64, e entry, p []byte, max int) (i
 				break
 			}
 		}
-		i := h.find(v.info.ID, lba+uint64(n))
+		i := s.fragmentOf(v, &h, lba+uint64(n))
 		if i < 0 {
 			return n, fmt.Errorf("%w: packed slot %d holds no fragment of volume %d block %d", ErrCorrupt,
 				e.pbn(), v.info.ID, lba+uint64(n))
