@@ -149,7 +149,7 @@ func (w *writer) addFragment(st *stream, e summaryEntry, seq cache.Seq, f fragme
 	b := st.fill
 	rel, sb := len(b.stripes)-1, b.current()
 	p := &sb.pack
-	if p.open && !p.h.fits(len(comp)) {
+	if p.open && (!p.h.fits(len(comp)) || w.s.holdsFamilyLBA(&p.h, f)) {
 		w.closePacked(b, rel)
 	}
 	opened := !p.open

@@ -197,8 +197,11 @@ func (w *writer) addMember(fc *familyCmd, snapshot bool) error {
 		s.vols.Unlock()
 		return fmt.Errorf("%w: %q", ErrVolumeExists, fc.name)
 	}
+	// A member reads the blocks it shares as they are on the drives, so it
+	// keeps its source's compression and encryption, and its key.
 	info := meta.VolumeInfo{ID: s.vols.nextID, Name: fc.name, Size: src.size.Load(), BlockSize: BlockSize,
-		Family: src.familyID()}
+		Family: src.familyID(), Compression: src.info.Compression, Encryption: src.info.Encryption,
+		KeyCheck: src.info.KeyCheck}
 	if snapshot {
 		info.SnapshotOf = src.info.ID
 	} else {
@@ -208,6 +211,8 @@ func (w *writer) addMember(fc *familyCmd, snapshot bool) error {
 	v := &volume{info: info, lmap: src.lmap.share(), fam: src.fam}
 	v.ov = newOverlay(v.lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)
 	v.size.Store(info.Size)
+	v.compression = src.compression
+	v.cipher.Store(src.cipher.Load())
 	v.mapped.Store(src.mapped.Load())
 	src.fam.members = append(src.fam.members, v) // the highest ID: order kept
 	s.vols.byName[fc.name] = v
@@ -362,20 +367,38 @@ func sameEntries(a, b *mapChunk) bool {
 }
 
 // fragmentOf returns the fragment of packed slot h that v's map entry for
-// lba names, or -1: v's own newest one, else the newest of that LBA written
-// by a member of v's family (a block v shares: it was packed and its stripe
-// applied before the snapshot or clone that split them, so the slot closed
-// before any member wrote the LBA again).
+// lba names, or -1: the one of that LBA written by v or by another member
+// of v's family (a block v shares), of which a slot holds at most one
+// (holdsFamilyLBA).
 func (s *Store) fragmentOf(v *volume, h *packedHeader, lba uint64) int {
 	if i := h.find(v.info.ID, lba); i >= 0 {
 		return i
 	}
 	for i := h.n - 1; i >= 0; i-- {
-		if f := &h.frags[i]; f.lba == lba {
-			if m := s.volumeByID(f.vol); m != nil && m.familyID() == v.familyID() {
-				return i
-			}
+		if f := &h.frags[i]; f.lba == lba && s.sameFamily(f.vol, v) {
+			return i
 		}
 	}
 	return -1
+}
+
+// holdsFamilyLBA reports whether packed slot h already holds a fragment of
+// f's LBA from f's volume or its family: the writer then starts another
+// slot, so that a member whose map names the slot finds one version of the
+// LBA there, whoever of the family wrote it (the cleaner repacks members'
+// versions of one LBA side by side).
+func (s *Store) holdsFamilyLBA(h *packedHeader, f fragment) bool {
+	v := s.volumeByID(f.vol)
+	for i := range h.n {
+		if g := &h.frags[i]; g.lba == f.lba && (g.vol == f.vol || (v != nil && s.sameFamily(g.vol, v))) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameFamily reports whether the volume with ID id is in v's family.
+func (s *Store) sameFamily(id meta.VolumeID, v *volume) bool {
+	m := s.volumeByID(id)
+	return m != nil && m.familyID() == v.familyID()
 }
