@@ -81,6 +81,10 @@ func (d *DB) BeginCheckpoint() (*CheckpointWriter, error) {
 	return w, nil
 }
 
+// Gen returns the generation the checkpoint is written under: the one in
+// force once Commit returns nil.
+func (w *CheckpointWriter) Gen() uint64 { return w.gen }
+
 // Put adds chunk of vol's map. data is copied. Chunks of a volume must be
 // put in increasing order; an all-zero chunk need not be put at all.
 func (w *CheckpointWriter) Put(vol VolumeID, chunk uint32, data []byte) error {
@@ -149,6 +153,12 @@ func (w *CheckpointWriter) Commit(head CheckpointHead) (CheckpointHead, error) {
 	}
 	return head, nil
 }
+
+// DeleteStrayChunks removes the chunks of every checkpoint generation but
+// the one in force: what a checkpoint cut short left. Open does it; a store
+// recovering on a database that stayed open calls it, since its next
+// checkpoint takes the generation the one cut short had.
+func (d *DB) DeleteStrayChunks() error { return d.deleteStrayChunks() }
 
 // deleteStrayChunks removes chunks of every generation but the head's.
 func (d *DB) deleteStrayChunks() error {

@@ -28,7 +28,9 @@
 //	"identity"                              identity.Stamp (identity.go)
 //	"cluster/state"                         pkg/cluster's record (cluster.go)
 //	"drive/" u32 index                      DriveInfo
-//	"vol/" u32 id                           VolumeInfo
+//	"vol/" u32 id                           VolumeInfo (snapshot_of, origin,
+//	                                        family, ckpt_gen: pkg/store's
+//	                                        snapshots and clones)
 //	"seg/" u32 id                           SegmentInfo (absent: never used, free, gen 0)
 //	"gc"                                    GCStats
 //	"ckpt"                                  CheckpointHead (absent: no checkpoint)

@@ -110,6 +110,19 @@ type VolumeInfo struct {
 	// cipher.go).
 	Encryption string `json:"encryption,omitempty"`
 	KeyCheck   string `json:"key_check,omitempty"`
+	// SnapshotOf, for a snapshot (a read-only frozen copy of a volume's
+	// map), is the volume it was taken of; 0 for a writable volume.
+	SnapshotOf VolumeID `json:"snapshot_of,omitempty"`
+	// Origin, for a clone, is the snapshot its map started as a share of.
+	Origin VolumeID `json:"origin,omitempty"`
+	// Family is the ID of the first volume of the family this one shares
+	// blocks with (0: the volume's own ID). A block is free only when no
+	// member of its family maps it.
+	Family VolumeID `json:"family,omitempty"`
+	// CkptGen, for a snapshot or clone, is the generation of the first map
+	// checkpoint that holds its map: a record whose CkptGen is past the
+	// checkpoint in force is a creation that never completed.
+	CkptGen uint64 `json:"ckpt_gen,omitempty"`
 }
 
 // SegmentState is where a segment is in its life.

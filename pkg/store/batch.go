@@ -336,8 +336,9 @@ func (w *writer) forgetDestaged(entries []summaryEntry, seqs []cache.Seq) {
 // still points at the source, an unmap unmaps. Entries of unknown volumes or
 // beyond a volume's end are skipped. account is told of every change. It is
 // used by the writer and by recovery, which is what makes recovery replay
-// exactly what the writer did.
-func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account func(*volume, entry, entry)) {
+// exactly what the writer did. A relocation moves the block in every map of
+// the volume's family that points at the source (snapshot.go).
+func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account func(*volume, uint64, entry, entry)) {
 	var slots slotCursor
 	for _, e := range sum.entries {
 		var pbn PBN
@@ -352,15 +353,14 @@ func (s *Store) applyStripe(seg meta.SegmentID, sh *shape, sum *summary, account
 		switch e.kind {
 		case kindWrite:
 			ne := slotEntry(pbn, e)
-			account(v, v.lmap.set(e.lba, ne), ne)
+			account(v, e.lba, v.lmap.set(e.lba, ne), ne)
 		case kindRelocate:
-			if !relocationSource(v.lmap.get(e.lba), e) {
-				continue
-			}
 			ne := slotEntry(pbn, e)
-			account(v, v.lmap.set(e.lba, ne), ne)
+			if from, ok := v.relocate(e.lba, e, ne); ok {
+				account(nil, e.lba, from, ne)
+			}
 		case kindUnmap:
-			v.lmap.unmapRange(e.lba, uint64(e.sum), func(old entry) { account(v, old, 0) })
+			v.lmap.unmapRange(e.lba, uint64(e.sum), func(lba uint64, old entry) { account(v, lba, old, 0) })
 		}
 	}
 }

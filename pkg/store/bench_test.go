@@ -166,18 +166,7 @@ func randomReads(b *testing.B, s *Store) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	chunk := make([]byte, 1<<20)
-	for i := range chunk {
-		chunk[i] = byte(i * 31)
-	}
-	for off := int64(0); off < size; off += int64(len(chunk)) {
-		if err := v.WriteAt(context.Background(), chunk, off, 0); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := s.Flush(context.Background()); err != nil {
-		b.Fatal(err)
-	}
+	fillVolume(b, s, v, size)
 	blocks := uint64(size / BlockSize)
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -9,7 +9,12 @@ import (
 // checkpoint writes every volume's map to the metadata as it stands after
 // the stripes applied so far (a consistent cut: only this goroutine changes
 // the maps), then frees the segments the new checkpoint lets go.
-func (w *writer) checkpoint() error {
+func (w *writer) checkpoint() error { return w.checkpointWith(nil) }
+
+// checkpointWith is checkpoint with record, when not nil, called with the
+// new checkpoint's generation before its head is committed: what record
+// writes is in force with the checkpoint or not at all (snapshot.go).
+func (w *writer) checkpointWith(record func(gen uint64) error) error {
 	s := w.s
 	if err := w.rows.sync(); err != nil {
 		return err
@@ -17,6 +22,11 @@ func (w *writer) checkpoint() error {
 	cw, err := s.meta.BeginCheckpoint()
 	if err != nil {
 		return err
+	}
+	if record != nil {
+		if err := record(cw.Gen()); err != nil {
+			return err
+		}
 	}
 	for _, v := range s.volumeList() {
 		for ci := range v.lmap.chunkCount() {

@@ -84,7 +84,8 @@ func (c *slotCipher) open(dst, src []byte, sector uint64) { c.x.Decrypt(dst, src
 // without it (after a restart: the store keeps no key on its drives or in
 // its metadata). Setting the same key again is a no-op; a key other than
 // the volume's (its check value differs) is ErrWrongKey, and a key for a
-// volume without encryption ErrInvalidOptions.
+// volume without encryption ErrInvalidOptions. The members of its family
+// under the same key (its snapshots and clones) get it too.
 func (h *Volume) SetKey(key []byte) error {
 	v := h.v
 	if v.info.Encryption == EncryptionNone {
@@ -98,6 +99,13 @@ func (h *Volume) SetKey(key []byte) error {
 		return err
 	}
 	v.cipher.CompareAndSwap(nil, c) // the same key, if already set
+	h.s.vols.Lock()
+	defer h.s.vols.Unlock()
+	for _, m := range v.fam.members { // its snapshots and clones share the key (snapshot.go)
+		if m.info.KeyCheck == v.info.KeyCheck {
+			m.cipher.CompareAndSwap(nil, c)
+		}
+	}
 	return nil
 }
 

@@ -149,7 +149,7 @@ func (w *writer) addFragment(st *stream, e summaryEntry, seq cache.Seq, f fragme
 	b := st.fill
 	rel, sb := len(b.stripes)-1, b.current()
 	p := &sb.pack
-	if p.open && !p.h.fits(len(comp)) {
+	if p.open && (!p.h.fits(len(comp)) || w.s.holdsFamilyLBA(&p.h, f)) {
 		w.closePacked(b, rel)
 	}
 	opened := !p.open
@@ -211,7 +211,7 @@ func (s *Store) readPacked(v *volume, lba uint64, e entry, p []byte, max int) (i
 				break
 			}
 		}
-		i := h.find(v.info.ID, lba+uint64(n))
+		i := s.fragmentOf(v, &h, lba+uint64(n))
 		if i < 0 {
 			return n, fmt.Errorf("%w: packed slot %d holds no fragment of volume %d block %d", ErrCorrupt,
 				e.pbn(), v.info.ID, lba+uint64(n))

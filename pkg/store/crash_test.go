@@ -149,22 +149,13 @@ func runCrashSeedWith(t *testing.T, seed int64, synchronous bool, o VolumeOption
 			key: vo.Key})
 	}
 	for life := range 4 {
-		ops := 60 + rng.IntN(240)
-		crashAt := int64(1 + rng.IntN(5*ops))
-		clean := rng.IntN(5) == 0
-		if !clean {
-			c.r.gate.at.Store(crashAt)
-		}
+		plan := planLife(rng, c.r, 60, 240)
+		ops, crashAt, clean := plan.ops, plan.crashAt, plan.clean
 		if err := c.workload(ops); err != nil {
 			return fmt.Errorf("life %d: %w", life, err)
 		}
-		if clean {
-			c.r.reopen()
-		} else {
-			c.r.crash(seed*1000+int64(life), []int{0, 30, 100}[rng.IntN(3)])
-			if err := c.r.tryOpen(); err != nil {
-				return fmt.Errorf("life %d: reopening after the crash: %w", life, err)
-			}
+		if err := plan.end(c.r, rng, seed*1000+int64(life)); err != nil {
+			return fmt.Errorf("life %d: %w", life, err)
 		}
 		if err := c.verify(); err != nil {
 			return fmt.Errorf("life %d (crash at op %d of the gate, clean %v): %w", life, crashAt, clean, err)

@@ -28,7 +28,7 @@ func (w *writer) pack() (bool, error) {
 		if err != nil {
 			return progress, err
 		}
-		done, err := w.packRecord(st, seq, &r)
+		done, err := w.packRecord(st, seq, &r, limit)
 		if err != nil {
 			return progress, err
 		}
@@ -44,7 +44,7 @@ func (w *writer) pack() (bool, error) {
 
 // packRecord packs what is left of record seq; done is false when the batch
 // filled first (w.packIndex says where to resume).
-func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, err error) {
+func (w *writer) packRecord(st *stream, seq cache.Seq, r *record, published cache.Seq) (done bool, err error) {
 	v := w.s.volumeByID(r.vol)
 	if v == nil {
 		return true, nil
@@ -58,7 +58,7 @@ func (w *writer) packRecord(st *stream, seq cache.Seq, r *record) (done bool, er
 	}
 	for i := w.packIndex; i < r.count; i++ {
 		lba := r.lba + uint64(i)
-		if lba >= v.blocks() || !v.ov.current(lba, seq, i) {
+		if lba >= v.blocks() || !v.ov.current(lba, seq, i, published) {
 			continue
 		}
 		// The block is not checksummed again here: the buffer computed its

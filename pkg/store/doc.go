@@ -314,6 +314,43 @@
 // the size in the metadata, which a checkpoint of the longer map never
 // precedes.
 //
+// # Snapshots and clones
+//
+// A snapshot is a read-only volume (its record's snapshot_of names the
+// volume, its name is volume@snap) whose map shares the volume's chunks; a
+// clone is a writable volume (origin names the snapshot) whose map starts
+// as a share of a snapshot's. Sharing is redirect-on-write: a chunk held by
+// several maps (mapChunk.refs > 1) is copied by the map that changes it
+// first, so creating a snapshot copies the directory (8 bytes per 16 MiB),
+// no chunk and no data. The volumes that share blocks form a family (the
+// records' family field: the first volume's ID); since a shared block is
+// always at the same LBA in every member, whether a block is live is one
+// look-up per member at its LBA:
+//
+//	volume db   dir ─┬─► chunk 0 (refs 2) ◄─┬─ dir  db@s1 (snapshot)
+//	                 └─► chunk 1' (own copy) │
+//	                                         └─ chunk 1 (refs 1, frozen)
+//
+// A block counts live (segment live counts, mapped blocks) once, when its
+// first member maps it, and stops when its last one lets go; the cleaner
+// relocates a block any member maps, and a relocation (replayed too) moves
+// it in every member's map that points at the source, in place in a shared
+// chunk. A volume with snapshots, or a snapshot with clones, cannot be
+// deleted before them (ErrInUse), so the volume a summary entry names is
+// alive while any member maps its blocks.
+//
+// Creating a snapshot, a clone or a rollback is a writer command: a
+// snapshot and a rollback first destage everything published (the map then
+// holds every write acknowledged before the call), then the maps change
+// and a checkpoint is taken. A new snapshot's or clone's record carries
+// ckpt_gen, the generation of that checkpoint, and is written before its
+// head: recovery finds the record with its map in the checkpoint, or (the
+// crash came first, the call never returned) a ckpt_gen past the head's
+// generation, and marks the record deleted. A rollback needs no record:
+// the checkpoint holds the rolled-back map, or the old one is in force.
+// Deleting a snapshot marks its record deleted; the writer then counts
+// down the blocks only it held, which the cleaner reclaims.
+//
 // # Cleaning
 //
 // The cleaner runs when fewer than GCLowSegments are free, until

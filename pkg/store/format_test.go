@@ -237,7 +237,7 @@ func TestLBAMap(t *testing.T) {
 		t.Fatal("untouched chunk allocated")
 	}
 	var dropped []entry
-	m.unmapRange(0, 3*mapChunkEntries, func(e entry) { dropped = append(dropped, e) })
+	m.unmapRange(0, 3*mapChunkEntries, func(_ uint64, e entry) { dropped = append(dropped, e) })
 	if len(dropped) != 2 || m.get(5) != 0 {
 		t.Fatalf("unmapRange dropped %v", dropped)
 	}
@@ -307,8 +307,11 @@ func TestOverlayOrdering(t *testing.T) {
 		t.Fatalf("write older than a covering trim shows: %+v", ref)
 	}
 	o.addWrite(8, 20, 1)
-	if !o.current(20, 8, 0) || o.current(10, 5, 0) {
+	if !o.current(20, 8, 0, 8) || o.current(10, 5, 0, 8) {
 		t.Fatal("current is wrong")
+	}
+	if !o.current(10, 5, 0, 6) {
+		t.Fatal("a block overwritten only by a record not yet published is not current")
 	}
 	if writes.Load() != 1 || fresh.Load() != 1 {
 		t.Fatalf("pending writes %d (fresh %d), want 1 (1)", writes.Load(), fresh.Load())

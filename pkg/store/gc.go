@@ -198,7 +198,7 @@ func (w *writer) relocateStripe(g *segment, geom *segGeom, j int, sum *summary) 
 		}
 		q, _ := slots.next(e)
 		pbn := w.s.lay.pbn(g.id, sh, j, q)
-		if v := w.s.volumeByID(e.vol); v != nil && e.lba < v.blocks() && v.lmap.get(e.lba) == slotEntry(pbn, e) {
+		if v := w.s.volumeByID(e.vol); v != nil && v.familyMaps(e.lba, slotEntry(pbn, e)) {
 			lives = append(lives, liveBlock{q: q, e: e})
 		}
 	}

@@ -12,8 +12,17 @@ import (
 // checkpoint chunk so a chunk is checkpointed as one value.
 const mapChunkEntries = meta.ChunkEntries
 
-// mapChunk is a run of map entries, 32 KiB.
-type mapChunk [mapChunkEntries]atomic.Uint64
+// mapChunk is a run of map entries, 32 KiB. A chunk may be shared by the
+// maps of a volume family (snapshot.go): refs counts the maps that hold it,
+// and a map changes a shared chunk only through a private copy (own), so a
+// snapshot's map stays as it was. refs belongs to the writer.
+type mapChunk struct {
+	e    [mapChunkEntries]atomic.Uint64
+	refs int32
+}
+
+// newChunk returns an unshared, empty chunk.
+func newChunk() *mapChunk { return &mapChunk{refs: 1} }
 
 // lbaMap is a volume's LBA → entry map: a directory of lazily allocated
 // chunks of packed uint64 entries, so an empty thin volume costs 8 bytes per
@@ -67,7 +76,7 @@ func (m *lbaMap) get(lba uint64) entry {
 	if c == nil {
 		return 0
 	}
-	return entry(c[lba%mapChunkEntries].Load())
+	return entry(c.e[lba%mapChunkEntries].Load())
 }
 
 // set stores e for lba and returns the previous entry. Writer only.
@@ -78,24 +87,26 @@ func (m *lbaMap) set(lba uint64, e entry) entry {
 		if e == 0 {
 			return 0
 		}
-		c = new(mapChunk)
+		c = newChunk()
 		slot.Store(c)
 	}
-	return entry(c[lba%mapChunkEntries].Swap(uint64(e)))
+	c = own(slot, c)
+	return entry(c.e[lba%mapChunkEntries].Swap(uint64(e)))
 }
 
 // unmapRange unmaps [lba, lba+n) and calls dropped for every entry that was
 // mapped. Writer only.
-func (m *lbaMap) unmapRange(lba, n uint64, dropped func(entry)) {
+func (m *lbaMap) unmapRange(lba, n uint64, dropped func(uint64, entry)) {
 	d := m.dir.Load()
 	end := min(lba+n, d.blocks)
 	for lba < end {
 		ci := lba / mapChunkEntries
 		next := min((ci+1)*mapChunkEntries, end)
 		if c := d.chunks[ci].Load(); c != nil {
+			c = own(&d.chunks[ci], c)
 			for i := lba; i < next; i++ {
-				if old := entry(c[i%mapChunkEntries].Swap(0)); old != 0 {
-					dropped(old)
+				if old := entry(c.e[i%mapChunkEntries].Swap(0)); old != 0 {
+					dropped(i, old)
 				}
 			}
 		}
@@ -112,8 +123,8 @@ func (m *lbaMap) forEach(fn func(lba uint64, e entry)) {
 			continue
 		}
 		base := uint64(ci) * mapChunkEntries
-		for i := range c {
-			if e := entry(c[i].Load()); e != 0 {
+		for i := range c.e {
+			if e := entry(c.e[i].Load()); e != 0 {
 				fn(base+uint64(i), e)
 			}
 		}
@@ -135,7 +146,7 @@ func (m *lbaMap) snapshotChunk(ci int, dst []byte) ([]byte, bool) {
 	n := min(mapChunkEntries, int(d.blocks-uint64(ci)*mapChunkEntries))
 	any := false
 	for i := range n {
-		v := c[i].Load()
+		v := c.e[i].Load()
 		any = any || v != 0
 		dst = binary.LittleEndian.AppendUint64(dst, v)
 	}
@@ -152,9 +163,9 @@ func (m *lbaMap) loadChunk(ci uint32, data []byte) error {
 		return fmt.Errorf("%w: checkpoint chunk %d of %d bytes for a map of %d blocks",
 			ErrCorrupt, ci, len(data), d.blocks)
 	}
-	c := new(mapChunk)
+	c := newChunk()
 	for i := range len(data) / 8 {
-		c[i].Store(binary.LittleEndian.Uint64(data[8*i:]))
+		c.e[i].Store(binary.LittleEndian.Uint64(data[8*i:]))
 	}
 	d.chunks[ci].Store(c)
 	return nil

@@ -72,7 +72,7 @@ func TestOverlayConcurrentEntriesKeepTheNewest(t *testing.T) {
 			if ok != has[lba] || ok && (ref.seq != want[lba].seq || ref.index != want[lba].index) {
 				t.Fatalf("seed %d: lookup(%d) = %+v %v, want %+v %v", seed, lba, ref, ok, want[lba], has[lba])
 			}
-			if ok && ref.index != zeroIndex && !o.current(lba, ref.seq, int(ref.index)) {
+			if ok && ref.index != zeroIndex && !o.current(lba, ref.seq, int(ref.index), ref.seq) {
 				t.Fatalf("seed %d: current(%d) is false for the newest write", seed, lba)
 			}
 		}

@@ -241,14 +241,21 @@ func (o *overlay) lookup(lba uint64) (pendingRef, bool) {
 	return newest, newest.seq != 0
 }
 
-// current reports whether block index of write record seq is still the
-// newest version of lba.
-func (o *overlay) current(lba uint64, seq cache.Seq, index int) bool {
-	sh := o.shard(lba)
-	sh.RLock()
-	defer sh.RUnlock()
-	ref, ok := sh.refs[lba]
-	return ok && ref.seq == seq && ref.index == uint32(index)
+// current reports whether block index of write record seq is to be
+// destaged: it is still the newest version of lba, or every newer one is
+// in a record above published, not yet published, which the destager does
+// not take for an overwrite yet. So what the destager has applied when it
+// has packed every published record is exactly those records' effect,
+// whatever writes are in flight: the cut a snapshot takes (snapshot.go).
+func (o *overlay) current(lba uint64, seq cache.Seq, index int, published cache.Seq) bool {
+	ref, ok := o.lookup(lba)
+	switch {
+	case !ok:
+		return false
+	case ref.seq == seq:
+		return ref.index == uint32(index)
+	}
+	return ref.seq > published
 }
 
 // destagedAll forgets the versions that a run of summary entries of this

@@ -18,15 +18,19 @@ func (s *Store) recover() error {
 	if err := s.loadSegments(); err != nil {
 		return err
 	}
-	if err := s.loadVolumes(); err != nil {
-		return err
-	}
 	head, _, err := s.meta.Checkpoint()
 	if err != nil {
 		return err
 	}
+	if err := s.loadVolumes(head.Gen); err != nil {
+		return err
+	}
 	if err := s.meta.ReadCheckpoint(head, s.loadChunk); err != nil {
 		return fmt.Errorf("store: while loading the map checkpoint: %w", err)
+	}
+	reshare(s.volumeList()) // snapshot.go
+	if err := s.meta.DeleteStrayChunks(); err != nil {
+		return fmt.Errorf("store: while deleting what a checkpoint cut short left: %w", err)
 	}
 	if s.counters.base, err = s.meta.GCStats(); err != nil {
 		return err
@@ -69,7 +73,11 @@ func (s *Store) loadChunk(id meta.VolumeID, chunk uint32, data []byte) error {
 	return nil // a deleted volume's
 }
 
-func (s *Store) loadVolumes() error {
+// loadVolumes loads the volume records. A snapshot or clone whose record is
+// newer than the checkpoint in force (of generation ckptGen) was being
+// created at the crash, its creation never acknowledged: it is marked
+// deleted (snapshot.go).
+func (s *Store) loadVolumes(ckptGen uint64) error {
 	infos, err := s.meta.Volumes()
 	if err != nil {
 		return err
@@ -78,13 +86,37 @@ func (s *Store) loadVolumes() error {
 	defer s.vols.Unlock()
 	s.vols.byName = make(map[string]*volume)
 	s.vols.nextID = 1
+	var unfinished []meta.VolumeInfo
+	var vols []*volume
 	for _, info := range infos {
 		s.vols.nextID = max(s.vols.nextID, info.ID+1)
-		if !info.Deleted {
-			s.vols.byName[info.Name] = s.newVolume(info)
+		switch {
+		case info.Deleted:
+		case info.CkptGen > ckptGen:
+			info.Deleted = true
+			unfinished = append(unfinished, info)
+		default:
+			v := s.newVolume(info)
+			s.vols.byName[info.Name] = v
+			vols = append(vols, v)
 		}
 	}
+	buildFamilies(vols)
 	s.publishVolumesLocked()
+	if len(unfinished) == 0 {
+		return nil
+	}
+	err = s.meta.Update(func(tx *meta.Tx) error {
+		for _, info := range unfinished {
+			if err := tx.PutVolume(info); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("store: while dropping unfinished snapshots and clones: %w", err)
+	}
 	return nil
 }
 
@@ -143,7 +175,7 @@ func (s *Store) replay(found []*foundStripe, head meta.CheckpointHead) (last, bu
 		durable = max(durable, f.sum.durable)
 	}
 	last, bufferSeq = head.Seq, head.BufferSeq
-	ignore := func(*volume, entry, entry) {}
+	ignore := func(*volume, uint64, entry, entry) {}
 	for _, f := range found {
 		if f.sum.seq <= head.Seq {
 			f.seg.noteReplayed(f.j, f.sum.seq)
@@ -215,7 +247,7 @@ func (s *Store) sealOpenSegments() (bool, error) {
 
 // recount computes every segment's live count and every volume's mapped
 // count from the maps, checking that each entry points into a segment in
-// use.
+// use. A block a family shares counts once.
 func (s *Store) recount() error {
 	var bad error
 	var total int64
@@ -230,10 +262,12 @@ func (s *Store) recount() error {
 				}
 				return
 			}
-			s.segs[at.seg].live.Add(1)
-			frags.add(s.segs[at.seg], e)
 			v.mapped.Add(1)
-			total++
+			if !v.sharedBefore(lba, e) {
+				s.segs[at.seg].live.Add(1)
+				frags.add(s.segs[at.seg], e)
+				total++
+			}
 		})
 	}
 	s.counters.mappedBlocks.Store(total)

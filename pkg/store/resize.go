@@ -32,6 +32,9 @@ func (s *Store) ResizeVolume(name string, size int64) error {
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrNoVolume, name)
 	}
+	if v.info.SnapshotOf != 0 {
+		return fmt.Errorf("%w: %q is a snapshot", ErrVolumeSize, name)
+	}
 	cur := v.size.Load()
 	switch {
 	case size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks:

@@ -92,12 +92,8 @@ func runStagedCrashSeed(t *testing.T, seed int64) error {
 	}
 	c.logs, c.tokens = make([][]stagedEntry, len(c.vols)), make([]uint64, len(c.vols))
 	for life := range 4 {
-		ops := 60 + rng.IntN(240)
-		crashAt := int64(1 + rng.IntN(5*ops))
-		clean := rng.IntN(5) == 0
-		if !clean {
-			c.r.gate.at.Store(crashAt)
-		}
+		plan := planLife(rng, c.r, 60, 240)
+		ops, crashAt, clean := plan.ops, plan.crashAt, plan.clean
 		if err := c.workload(ops); err != nil {
 			return fmt.Errorf("life %d: %w", life, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"basalt/cache"
@@ -27,6 +28,7 @@ type volume struct {
 	deleted atomic.Bool
 	staged  stagedState                // StageByReference: the volume's staged records and floor
 	cipher  atomic.Pointer[slotCipher] // an encrypted volume's, once its key is set (cipher.go)
+	fam     *family                    // the volumes it shares blocks with (snapshot.go)
 	// compression is how the writer packs the volume's blocks;
 	// logicalBytes and storedBytes sum the host blocks it packed and the
 	// data slots they took, in bytes (compress.go, countPacked).
@@ -39,6 +41,7 @@ func (s *Store) newVolume(info meta.VolumeInfo) *volume {
 	v := &volume{info: info, lmap: lmap, ov: newOverlay(lmap, &s.counters.pendingWrites, &s.counters.pendingFresh)}
 	v.size.Store(info.Size)
 	v.compression, _ = compress.ParseAlgorithm(info.Compression) // checked at creation
+	v.fam = &family{members: []*volume{v}}
 	return v
 }
 
@@ -80,10 +83,13 @@ func (s *Store) volumeList() []*volume {
 	return vols
 }
 
-// Volumes describes the volumes, in ID order.
+// Volumes describes the writable volumes (clones among them), in ID order.
 func (s *Store) Volumes() []meta.VolumeInfo {
 	var out []meta.VolumeInfo
 	for _, v := range s.volumeList() {
+		if v.info.SnapshotOf != 0 {
+			continue // Snapshots lists them
+		}
 		out = append(out, v.current())
 	}
 	return out
@@ -102,7 +108,8 @@ func (s *Store) CreateVolumeWith(name string, size int64, o VolumeOptions) (*Vol
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if name == "" || size <= 0 || size%BlockSize != 0 || size/BlockSize >= maxVolumeBlocks || !o.Compression.Valid() {
+	if name == "" || strings.Contains(name, SnapshotSep) || size <= 0 || size%BlockSize != 0 ||
+		size/BlockSize >= maxVolumeBlocks || !o.Compression.Valid() {
 		return nil, fmt.Errorf("%w: volume %q of %d bytes", ErrInvalidOptions, name, size)
 	}
 	if err := o.check(); err != nil {
@@ -180,6 +187,10 @@ func (s *Store) DeleteVolume(name string) error {
 	if !ok {
 		s.vols.Unlock()
 		return fmt.Errorf("%w: %q", ErrNoVolume, name)
+	}
+	if err := s.dependentsLocked(v); err != nil {
+		s.vols.Unlock()
+		return err
 	}
 	tomb := v.current()
 	tomb.Deleted = true
@@ -272,6 +283,9 @@ func (h *Volume) WriteAt(ctx context.Context, p []byte, off int64, flags backend
 	if err != nil || n == 0 {
 		return err
 	}
+	if err := h.writable(); err != nil {
+		return err
+	}
 	s := h.s
 	if err := s.admit(h.v, lba, n); err != nil {
 		return err
@@ -324,6 +338,9 @@ func (s *Store) writeError(ctx context.Context, err error) error {
 func (h *Volume) Trim(ctx context.Context, off, n int64) error {
 	lba, count, err := h.check(off, n)
 	if err != nil || count == 0 {
+		return err
+	}
+	if err := h.writable(); err != nil {
 		return err
 	}
 	s := h.s

@@ -23,6 +23,9 @@ const (
 	cmdEvacuate                      // relocate every live block of a segment
 	cmdCheckpoint                    // take a checkpoint now
 	cmdGrowVolume                    // grow a volume's map to blocks LBAs
+	cmdSnapshot                      // freeze a volume's map as a snapshot (snapshot.go)
+	cmdClone                         // a new volume sharing a snapshot's map
+	cmdRollback                      // a volume's map becomes a share of a snapshot's
 )
 
 // command is a request to the writer goroutine.
@@ -31,6 +34,7 @@ type command struct {
 	vol    *volume
 	seg    meta.SegmentID
 	blocks uint64     // cmdGrowVolume
+	fam    *familyCmd // cmdSnapshot, cmdClone, cmdRollback
 	reply  chan error // capacity 1
 }
 
@@ -329,9 +333,11 @@ func (w *writer) handle(c command) {
 		err = w.checkpoint()
 	case cmdGrowVolume:
 		c.vol.lmap.grow(c.blocks)
+	case cmdSnapshot, cmdClone, cmdRollback:
+		err = w.handleFamily(c)
 	}
 	if err != nil && !errors.Is(err, errNoSegment) && !errors.Is(err, backend.ErrMedia) &&
-		!errors.Is(err, backend.ErrNoSpace) {
+		!errors.Is(err, backend.ErrNoSpace) && !refused(err) {
 		w.setFailed(err)
 	}
 	c.reply <- err
@@ -340,7 +346,12 @@ func (w *writer) handle(c command) {
 // drain packs and writes everything published, padding the last stripe.
 // When the host stream has no segment, it runs the cleaner first; if that
 // frees nothing either, the store is full.
-func (w *writer) drain() error {
+func (w *writer) drain() error { return w.drainTo(0) }
+
+// drainTo is drain up to record upTo (0: everything published): it packs
+// and writes until every record up to upTo is in a stripe, not chasing the
+// records published meanwhile (a snapshot's cut).
+func (w *writer) drainTo(upTo cache.Seq) error {
 	// cleaned counts cleaner rounds since the host stream last packed: more
 	// than a few per segment means cleaning only moves stripes around (it
 	// pads, so relocating can use up what it frees), and drain gives up
@@ -373,7 +384,11 @@ func (w *writer) drain() error {
 		if err != nil {
 			return err
 		}
-		caughtUp := w.nextPack > w.s.pub.published()
+		target := upTo
+		if target == 0 {
+			target = w.s.pub.published()
+		}
+		caughtUp := w.nextPack > target
 		if err := w.flushStream(w.host, caughtUp /* pad only the last stripe */); err != nil {
 			return err
 		}
@@ -460,21 +475,36 @@ func (w *writer) release(seq cache.Seq) error {
 
 // dropVolume stops counting a deleted volume's blocks.
 func (w *writer) dropVolume(v *volume) {
-	v.lmap.forEach(func(_ uint64, e entry) { w.account(v, e, 0) })
+	v.lmap.forEach(func(lba uint64, e entry) { w.account(v, lba, e, 0) })
+	w.leaveFamily(v)
 	w.ckptDue = true
 }
 
-// account moves a block's live count from old's segment to new's.
-func (w *writer) account(v *volume, old, new entry) {
+// account records that v's entry for lba changed from old to new (v's map
+// already holds new): v's mapped count follows, and a block's live count
+// (and the store's mapped blocks) change only when no other member of v's
+// family maps it at lba, so a block shared with a snapshot or clone counts
+// once. v == nil is a relocation: the same maps point at new instead of
+// old, and only the segments' live counts move.
+func (w *writer) account(v *volume, lba uint64, old, new entry) {
 	c := &w.s.counters
-	if old.mapped() {
+	if v == nil {
 		w.s.segs[w.s.lay.segmentOf(old.pbn())].live.Add(-1)
+		w.s.segs[w.s.lay.segmentOf(new.pbn())].live.Add(1)
+		return
+	}
+	if old.mapped() {
 		v.mapped.Add(-1)
-		c.mappedBlocks.Add(-1)
+		if !v.sharedAt(lba, old) {
+			w.s.segs[w.s.lay.segmentOf(old.pbn())].live.Add(-1)
+			c.mappedBlocks.Add(-1)
+		}
 	}
 	if new.mapped() {
-		w.s.segs[w.s.lay.segmentOf(new.pbn())].live.Add(1)
 		v.mapped.Add(1)
-		c.mappedBlocks.Add(1)
+		if !v.sharedAt(lba, new) {
+			w.s.segs[w.s.lay.segmentOf(new.pbn())].live.Add(1)
+			c.mappedBlocks.Add(1)
+		}
 	}
 }

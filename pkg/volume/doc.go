@@ -86,7 +86,8 @@
 //
 //	offset size field
 //	     0    1 version (1)
-//	     1    1 operation: 1 write, 2 trim, 3 write zeroes, 4 repair
+//	     1    1 operation: 1 write, 2 trim, 3 write zeroes, 4 repair,
+//	              5 snapshot, 6 delete snapshot, 7 rollback
 //	     2    6 zero
 //	     8    8 byte offset in the volume (block aligned)
 //	    16    8 byte length (block aligned, > 0)
@@ -103,6 +104,25 @@
 // A node that predates the repair operation refuses it as corrupt, which
 // stops the group there: every replica of a volume must run a version that
 // knows it before any node can propose one.
+//
+// A snapshot operation (snapops.go) names a snapshot of the volume: 5
+// takes it, 6 deletes it, 7 rolls the volume back to it. Offset is 0 and
+// the data is the name (1 to 255 bytes, no '@' or '/'):
+//
+//	offset size field
+//	     0   24 as above, operation 5, 6 or 7; offset 0, length n
+//	    24    n the snapshot's name
+//
+// Every replica applies it at its index, so each replica's snapshot holds
+// exactly the entries before it. The leader checks the name against its
+// replica before proposing. A snapshot and a rollback destage the replica
+// first, so applying one makes every entry up to its index durable (the
+// durable index moves there and the entry is never applied again); a
+// deletion applied twice finds nothing to delete. Snapshot streams carry
+// blocks only: a replica restored from one keeps its own snapshots as they
+// were and logs that snapshots taken or deleted in the entries the stream
+// stands for are not reflected on it. The same rule as for repairs holds
+// for nodes that predate these operations.
 //
 // # Reads from another replica
 //

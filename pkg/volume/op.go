@@ -26,6 +26,11 @@ const (
 	// opRepair rewrites a range with the value another replica read as of
 	// a base index, where no entry since has changed it (repair.go).
 	opRepair opKind = 4
+	// opSnapshot, opDeleteSnapshot and opRollback take, delete and roll the
+	// volume back to the snapshot their data names (snapops.go).
+	opSnapshot       opKind = 5
+	opDeleteSnapshot opKind = 6
+	opRollback       opKind = 7
 )
 
 func (k opKind) String() string {
@@ -38,6 +43,12 @@ func (k opKind) String() string {
 		return "write-zeroes"
 	case opRepair:
 		return "repair"
+	case opSnapshot:
+		return "snapshot"
+	case opDeleteSnapshot:
+		return "delete-snapshot"
+	case opRollback:
+		return "rollback"
 	}
 	return fmt.Sprintf("op(%d)", uint8(k))
 }
@@ -104,6 +115,9 @@ func decodeOp(b []byte) (op, error) {
 			return op{}, fmt.Errorf("%w: repair of %d bytes has no base index", ErrCorrupt, len(b))
 		}
 		o.base, o.data = binary.LittleEndian.Uint64(o.data), o.data[repairBase:]
+	}
+	if o.kind.named() {
+		return o, checkNamed(o)
 	}
 	switch {
 	case o.offset < 0 || o.length <= 0:

@@ -218,6 +218,7 @@ func (v *Volume) finishRestore(index uint64) error {
 	v.applied.Store(index)
 	v.durable.Store(index)
 	v.changes.reset(index)
+	v.warnRestoredSnapshots(index)
 	return nil
 }
 

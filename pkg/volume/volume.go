@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"basalt/pkg/backend"
@@ -46,6 +47,7 @@ type Volume struct {
 	identity  atomic.Pointer[[]byte] // SnapshotIdentity (delta.go)
 	peer      peerState              // reads from other replicas, repairs (peer.go, repair.go)
 	throttle  *qos.Throttle          // the volume's limits, enforced where it leads (qos.go)
+	snapMu    sync.Mutex             // orders snapshot operations' checks and proposals (snapops.go)
 }
 
 var (
@@ -310,6 +312,9 @@ func (v *Volume) Apply(ctx context.Context, index uint64, data []byte) error {
 	o, err := decodeOp(data)
 	if err != nil {
 		return err
+	}
+	if o.kind.named() {
+		return v.applyNamed(ctx, o, index) // snapops.go
 	}
 	if size := v.size.Load(); o.offset%int64(v.blockSize) != 0 || o.length%int64(v.blockSize) != 0 ||
 		o.offset > size || o.length > size-o.offset {
