@@ -32,7 +32,7 @@ test-unit:
 ## a minute on 2 cores when the build cache does not yet hold their non-race build.
 ## Seeds are fresh every run; each test logs its first seed, and a failure
 ## names its own (see scripts/soak.sh for the variables that replay them).
-CRASH_TESTS := TestCrashRecovery|TestCrashRecoveryFoundSeeds|TestStagedCrashRecovery|TestCrashRecoveryConcurrent|TestCrashAfterDiscardRecoversEveryAcknowledgedWrite|TestResizeVolumeCrash|TestCrashAtEveryPersistencePoint|TestCrashWithConcurrentAppendsOverManySeeds|TestLogSurvivesCrashesAtEveryStepAndPowerLossMidRecord|TestLargeAppendSplitsIntoRecordsThatRecoverAsPrefixes|TestWholeClusterRestartKeepsAcknowledgedWrites
+CRASH_TESTS := TestCrashRecovery|TestCrashRecoveryCompressed|TestSnapshotCrash|TestCrashRecoveryFoundSeeds|TestStagedCrashRecovery|TestCrashRecoveryConcurrent|TestCrashAfterDiscardRecoversEveryAcknowledgedWrite|TestResizeVolumeCrash|TestCrashAtEveryPersistencePoint|TestCrashWithConcurrentAppendsOverManySeeds|TestLogSurvivesCrashesAtEveryStepAndPowerLossMidRecord|TestLargeAppendSplitsIntoRecordsThatRecoverAsPrefixes|TestWholeClusterRestartKeepsAcknowledgedWrites
 test-crash:
 	BASALT_CACHE_SEEDS=3000 BASALT_RAFTLOG_SEEDS=100 \
 	  $(GO) test -tags invariants -count=1 -timeout 15m -run '^($(CRASH_TESTS))$$' ./pkg/store/ ./cache/ ./replication/
