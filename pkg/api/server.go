@@ -150,7 +150,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
-	if e.Code == "not_leader" || e.Code == "no_leader" {
+	if e.Code == "not_leader" || e.Code == "no_leader" || e.Code == "not_volume_leader" {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, e)

@@ -166,6 +166,9 @@ func (s *Server) onVolumeLeader(ctx context.Context, v *cluster.Volume, req clus
 			return nil, err
 		}
 	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("%w: volume %q: none of its replicas is up yet", cluster.ErrNotVolumeLeader, v.Name)
+	}
 	return nil, fmt.Errorf("%w: volume %q: no replica leads its group now: %w",
 		cluster.ErrNotVolumeLeader, v.Name, errors.Join(errs...))
 }
