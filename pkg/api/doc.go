@@ -30,6 +30,13 @@
 //	                                               host's credentials go with it
 //	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
 //	                                               limits it names replace the volume's (qos.go)
+//	GET     /v1/volumes/{name}/snapshots           SnapshotsView: name, order taken, pinned_bytes
+//	POST    /v1/volumes/{name}/snapshots           201 SnapshotView; body {"name"}; 409 name taken,
+//	                                               409 refused for a compressed volume
+//	DELETE  /v1/volumes/{name}/snapshots/{snap}    SnapshotsView (those left)
+//	POST    /v1/volumes/{name}/rollback            SnapshotsView; body {"snapshot","force"}; 409
+//	                                               refused while a host is connected, unless force
+//	                                               (snapshots.go: run on the volume's leader)
 //	POST    /v1/cluster/rotate-kek                 RotateKEKView: every encrypted volume's data
 //	                                               key re-wrapped under the newest KEK
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
@@ -50,6 +57,10 @@
 //	                                               {"offset","length","min_index"} (waits 2 s at
 //	                                               most: else 409 behind); 502 media: it cannot
 //	                                               read them either (peer_read.go)
+//	POST    /v1/internal/volumes/{group}/snapshots []cluster.SnapshotStatus; body
+//	                                               cluster.SnapshotRequest, run on this node's
+//	                                               replica only (404 no_replica_here, 503
+//	                                               not_volume_leader: the caller asks another)
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //
 // A node serves the API over HTTPS (TLS 1.3, its node certificate) and
