@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"basalt/pkg/backend"
 	"basalt/pkg/volume"
-	"basalt/replication"
 )
 
 // Snapshots of a volume (docs/ARCHITECTURE.md, "Snapshots and clones"):
@@ -135,7 +135,7 @@ func snapshotErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrUnsupported, err)
 	case errors.Is(err, volume.ErrSnapshotName):
 		return fmt.Errorf("%w: %w", ErrInvalid, err)
-	case errors.Is(err, replication.ErrNotLeader):
+	case errors.Is(err, backend.ErrInaccessible): // it lost the leadership, or stopped
 		return fmt.Errorf("%w: %w", ErrNotVolumeLeader, err)
 	}
 	return err

@@ -62,17 +62,7 @@ func TestSnapshotRollback(t *testing.T) {
 	readVersion(ctx, t, mp, 1)
 
 	closePaths()
-	for _, n := range tc.nodes {
-		_ = n.cmd.Process.Kill() // all at once, then wait
-	}
-	for _, n := range tc.nodes {
-		tc.kill(n)
-	}
-	for _, n := range tc.nodes {
-		tc.start(n)
-	}
-	tc.waitReady(60 * time.Second)
-	tc.waitHealthy("snap", 60*time.Second)
+	tc.crashAll("snap")
 	mp, closePaths = tc.connect(v.NQN)
 	readVersion(ctx, t, mp, 1)
 	admin = tc.client(tc.up())

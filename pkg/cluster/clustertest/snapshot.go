@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"basalt/pkg/backend"
 	rvolume "basalt/pkg/volume"
-	"basalt/replication"
 )
 
 // Snapshots of a fake volume: the group records their names, in the order
@@ -61,7 +61,7 @@ func (v *volume) snapshotOp(name string, op func(g *group, exists bool) error) e
 	v.h.n.mu.Lock()
 	defer v.h.n.mu.Unlock()
 	if v.h.g.leader != v.h.self {
-		return replication.ErrNotLeader
+		return fmt.Errorf("clustertest: not the leader: %w", backend.ErrInaccessible)
 	}
 	return op(v.h.g, slices.Contains(v.h.g.snaps, name))
 }
