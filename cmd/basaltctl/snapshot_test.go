@@ -14,7 +14,8 @@ import (
 // volume's leader from every node (the node asked forwards when it holds
 // no replica or does not lead), list in the order taken, delete, and roll
 // back only with --force when refused; the refusals exit 1 with the API's
-// message (a taken name, an unknown volume or snapshot, the reader token).
+// message (a taken name, an unknown volume or snapshot, the reader token,
+// a compressed volume).
 func TestCLISnapshots(t *testing.T) {
 	ac := newAPICluster(t, 3, 3*time.Second)
 	for _, vol := range []struct{ name, rf string }{{"one", "1"}, {"all", "3"}} {
@@ -52,6 +53,11 @@ func TestCLISnapshots(t *testing.T) {
 	}
 	base := ac.Nodes[1].Server.URL
 	wantRefused(t, base, `volume "ghost"`, "snapshot", "list", "ghost")
+	if _, errs, code := ctl(t, base, "volume", "create", "packed", "--size", "4MiB", "--compression", "lz4"); code != 0 {
+		t.Fatalf("create packed: %d %s", code, errs)
+	}
+	ctlUntil(t, base, func(code int, errs string) bool { return code == 1 && strings.Contains(errs, "compressed volume") },
+		"snapshot", "create", "packed", "s")
 	reader := []string{"--api", base, "--ca", ac.Sec.CAFile, "--token", ac.Sec.ReaderToken, "--timeout", "5s"}
 	if out, errs, code := ctlArgs(append(reader, "snapshot", "list", "all")...); code != 0 || !strings.Contains(out, "all@s0") {
 		t.Fatalf("reader's list: %d %s%s", code, out, errs)
@@ -73,10 +79,18 @@ func TestCLISnapshots(t *testing.T) {
 // come up in the background after a create) and returns its output.
 func ctlEventually(t *testing.T, base string, args ...string) string {
 	t.Helper()
+	return ctlUntil(t, base, func(code int, _ string) bool { return code == 0 }, args...)
+}
+
+// ctlUntil runs basaltctl until done holds of its exit status and error
+// output, while it fails for want of a volume leader, and returns its
+// output.
+func ctlUntil(t *testing.T, base string, done func(code int, errs string) bool, args ...string) string {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out, errs, code := ctl(t, base, args...)
-		if code == 0 {
+		if done(code, errs) {
 			return out
 		}
 		if time.Now().After(deadline) || !strings.Contains(errs, "leads") {

@@ -31,9 +31,11 @@ func TestSnapshotRollback(t *testing.T) {
 	leader := tc.leaderOf("snap")
 	via := tc.nodes[leader.id%3] // another node
 	admin := tc.client(via)
+	start := time.Now()
 	if sv, err := admin.CreateSnapshot(ctx, "snap", "before"); err != nil || sv.Name != "before" || sv.Order != 1 {
 		t.Fatalf("snapshot through node%d (leader node%d): %+v %v", via.id, leader.id, sv, err)
 	}
+	t.Logf("FIGURE snapshot create through a follower's API, idle 16 MiB volume: %v", time.Since(start).Round(time.Microsecond))
 	wantAPIError(t, "a taken name", http.StatusConflict, cluster.ErrExists, func() error {
 		_, err := admin.CreateSnapshot(ctx, "snap", "before")
 		return err
