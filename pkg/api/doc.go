@@ -94,12 +94,17 @@
 //	code         status  when
 //	-----------  ------  -----------------------------------------------
 //	invalid      400     malformed body, bad name, size, rf, host NQN or secret; 405 too
-//	not_found    404     no such volume, host or endpoint
-//	exists       409     the volume name is taken
+//	not_found    404     no such volume, snapshot, host or endpoint
+//	exists       409     the volume or snapshot name is taken
 //	conflict     409     shrinking a volume
 //	no_capacity  409     too few nodes for rf, or no ANA group left
 //	not_leader   503     (with Retry-After) leadership moved
 //	no_leader    503     (with Retry-After) no metadata leader: no quorum
+//	refused      409     a rollback while a host is connected (without force);
+//	                     a snapshot of a compressed volume
+//	not_volume_leader 503 (with Retry-After) no replica of the volume leads its
+//	                     group now (starting, electing)
+//	no_replica_here 404  node-only route: this node holds no replica
 //	unsupported  501     the replica backend cannot do it
 //	timeout      504     the change did not commit in time
 //	internal     500     anything else; see the node's log
