@@ -118,7 +118,7 @@ func newRoot(o *options) *cobra.Command {
 	pf.StringVar(&o.token, "token", "", "API token (env BASALT_TOKEN; better: a credentials file in BASALT_CREDENTIALS)")
 	pf.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	pf.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the cluster")
-	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), hostCmd(o), driveCmd(o))
+	root.AddCommand(clusterCmd(o), nodeCmd(o), volumeCmd(o), snapshotCmd(o), hostCmd(o), driveCmd(o))
 	return root
 }
 

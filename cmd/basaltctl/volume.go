@@ -14,7 +14,8 @@ import (
 func volumeCmd(o *options) *cobra.Command {
 	return group("volume", "Replicated volumes",
 		volumeCreateCmd(o), volumeListCmd(o), volumeShowCmd(o), volumeDeleteCmd(o), volumeResizeCmd(o), volumeSetCmd(o),
-		volumeQoSCmd(o)) // qos.go
+		volumeQoSCmd(o),      // qos.go
+		volumeRollbackCmd(o)) // snapshot.go
 }
 
 func parseSize(s string) (int64, error) {

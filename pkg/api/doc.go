@@ -30,6 +30,13 @@
 //	                                               host's credentials go with it
 //	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
 //	                                               limits it names replace the volume's (qos.go)
+//	GET     /v1/volumes/{name}/snapshots           SnapshotsView: name, order taken, pinned_bytes
+//	POST    /v1/volumes/{name}/snapshots           201 SnapshotView; body {"name"}; 409 name taken,
+//	                                               409 refused for a compressed volume
+//	DELETE  /v1/volumes/{name}/snapshots/{snap}    SnapshotsView (those left)
+//	POST    /v1/volumes/{name}/rollback            SnapshotsView; body {"snapshot","force"}; 409
+//	                                               refused while a host is connected, unless force
+//	                                               (snapshots.go: run on the volume's leader)
 //	POST    /v1/cluster/rotate-kek                 RotateKEKView: every encrypted volume's data
 //	                                               key re-wrapped under the newest KEK
 //	GET     /v1/local                              LocalView: cluster.LocalStatus of the answering
@@ -50,6 +57,10 @@
 //	                                               {"offset","length","min_index"} (waits 2 s at
 //	                                               most: else 409 behind); 502 media: it cannot
 //	                                               read them either (peer_read.go)
+//	POST    /v1/internal/volumes/{group}/snapshots []cluster.SnapshotStatus; body
+//	                                               cluster.SnapshotRequest, run on this node's
+//	                                               replica only (404 no_replica_here, 503
+//	                                               not_volume_leader: the caller asks another)
 //	GET     /metrics                               Prometheus text format (pkg/metrics)
 //
 // A node serves the API over HTTPS (TLS 1.3, its node certificate) and
@@ -83,12 +94,17 @@
 //	code         status  when
 //	-----------  ------  -----------------------------------------------
 //	invalid      400     malformed body, bad name, size, rf, host NQN or secret; 405 too
-//	not_found    404     no such volume, host or endpoint
-//	exists       409     the volume name is taken
+//	not_found    404     no such volume, snapshot, host or endpoint
+//	exists       409     the volume or snapshot name is taken
 //	conflict     409     shrinking a volume
 //	no_capacity  409     too few nodes for rf, or no ANA group left
 //	not_leader   503     (with Retry-After) leadership moved
 //	no_leader    503     (with Retry-After) no metadata leader: no quorum
+//	refused      409     a rollback while a host is connected (without force);
+//	                     a snapshot of a compressed volume
+//	not_volume_leader 503 (with Retry-After) no replica of the volume leads its
+//	                     group now (starting, electing)
+//	no_replica_here 404  node-only route: this node holds no replica
 //	unsupported  501     the replica backend cannot do it
 //	timeout      504     the change did not commit in time
 //	internal     500     anything else; see the node's log

@@ -84,6 +84,7 @@ func NewServer(cfg Config) *Server {
 	s.driveRoutes()
 	s.qosRoutes()        // qos.go
 	s.encryptionRoutes() // encryption.go
+	s.snapshotRoutes()   // snapshots.go
 	s.nodeRoutes()
 	s.peerReadRoutes()
 	s.mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
@@ -96,7 +97,7 @@ func NewServer(cfg Config) *Server {
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: "not_found",
 			Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path),
-			Hint:    "endpoints: /v1/cluster, /v1/nodes, /v1/volumes[/NAME[/resize|/hosts/NQN|/qos]], /metrics"})
+			Hint:    "endpoints: /v1/cluster, /v1/nodes, /v1/volumes[/NAME[/resize|/hosts/NQN|/qos|/snapshots[/SNAP]|/rollback]], /metrics"})
 	})
 	return s
 }
@@ -149,7 +150,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *Error) {
-	if e.Code == "not_leader" || e.Code == "no_leader" {
+	if e.Code == "not_leader" || e.Code == "no_leader" || e.Code == "not_volume_leader" {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, e)

@@ -252,6 +252,9 @@ var codes = []struct {
 	{"not_leader", http.StatusServiceUnavailable, cluster.ErrNotLeader},
 	{"no_leader", http.StatusServiceUnavailable, cluster.ErrNoLeader},
 	{"unsupported", http.StatusNotImplemented, cluster.ErrUnsupported},
+	{"refused", http.StatusConflict, cluster.ErrRefused},
+	{"no_replica_here", http.StatusNotFound, cluster.ErrNoReplicaHere},
+	{"not_volume_leader", http.StatusServiceUnavailable, cluster.ErrNotVolumeLeader},
 	{"unauthenticated", http.StatusUnauthorized, ErrUnauthenticated},
 	{"forbidden", http.StatusForbidden, ErrForbidden},
 	{"no_kek", http.StatusConflict, crypt.ErrNoKEK},
@@ -304,6 +307,8 @@ func hintFor(code string) string {
 		return "use a smaller --rf, add nodes, or delete a volume"
 	case "not_leader", "no_leader":
 		return "a majority of the nodes must be up and reachable; check basaltctl node list, then retry"
+	case "not_volume_leader":
+		return "the volume's replicas are starting or electing a leader; check basaltctl volume show NAME, then retry"
 	case "unsupported":
 		return "this node's replica backend cannot do that yet"
 	}

@@ -231,3 +231,17 @@ func (s *Store) awaitPublished(ctx context.Context) (cache.Seq, error) {
 	}
 	return last, nil
 }
+
+// SnapshotPinnedBytes maps each of the handle's volume's snapshots to the
+// space only it pins (SnapshotInfo.PinnedBytes); nil if none.
+func (h *Volume) SnapshotPinnedBytes() map[string]int64 {
+	snaps, _ := h.s.Snapshots(h.v.info.Name)
+	if len(snaps) == 0 {
+		return nil
+	}
+	out := make(map[string]int64, len(snaps))
+	for _, sn := range snaps {
+		out[sn.Name] = sn.PinnedBytes
+	}
+	return out
+}

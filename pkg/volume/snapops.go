@@ -27,6 +27,8 @@ var (
 	ErrNoSnapshot = errors.New("volume: no such snapshot")
 	// ErrNoSnapshots: the local replica takes no snapshots.
 	ErrNoSnapshots = errors.New("volume: the replica takes no snapshots")
+	// ErrSnapshotName: the name is not a valid snapshot name.
+	ErrSnapshotName = errors.New("volume: invalid snapshot name")
 )
 
 // Snapshotter is a local replica that takes snapshots of itself (a
@@ -83,7 +85,7 @@ func checkNamed(o op) error {
 // '/' (the store's and the API's separators).
 func checkSnapshotName(name string) error {
 	if name == "" || len(name) > MaxSnapshotName || strings.ContainsAny(name, "@/") {
-		return fmt.Errorf("volume: snapshot name %q: want 1 to %d bytes without '@' or '/'", name, MaxSnapshotName)
+		return fmt.Errorf("%w %q: want 1 to %d bytes without '@' or '/'", ErrSnapshotName, name, MaxSnapshotName)
 	}
 	return nil
 }

@@ -308,6 +308,28 @@ func (tc *testCluster) start(n *node) {
 	}(n.exited)
 }
 
+// killAll sends SIGKILL to every node at once, then waits for them all.
+func (tc *testCluster) killAll() {
+	for _, n := range tc.nodes {
+		_ = n.cmd.Process.Kill()
+	}
+	for _, n := range tc.nodes {
+		tc.kill(n)
+	}
+}
+
+// crashAll kills every node with SIGKILL, starts them again and returns
+// the volume once it is healthy.
+func (tc *testCluster) crashAll(volume string) api.VolumeView {
+	tc.t.Helper()
+	tc.killAll()
+	for _, n := range tc.nodes {
+		tc.start(n)
+	}
+	tc.waitReady(60 * time.Second)
+	return tc.waitHealthy(volume, 60*time.Second)
+}
+
 // kill sends SIGKILL and waits for the process to end.
 func (tc *testCluster) kill(n *node) {
 	if n.cmd == nil {

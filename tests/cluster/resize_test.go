@@ -57,17 +57,7 @@ func testResizeVolume(t *testing.T, store bool) {
 		return
 	}
 	closePaths()
-	for _, n := range tc.nodes {
-		_ = n.cmd.Process.Kill() // all at once, then wait
-	}
-	for _, n := range tc.nodes {
-		tc.kill(n)
-	}
-	for _, n := range tc.nodes {
-		tc.start(n)
-	}
-	tc.waitReady(60 * time.Second)
-	if v := tc.waitHealthy("grow", 60*time.Second); v.Size != 32<<20 || v.PendingSize != 0 {
+	if v := tc.crashAll("grow"); v.Size != 32<<20 || v.PendingSize != 0 {
 		t.Fatalf("after the restart: size %d, pending %d", v.Size, v.PendingSize)
 	}
 	mp, closePaths = tc.connect(v.NQN)

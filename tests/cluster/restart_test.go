@@ -34,12 +34,7 @@ func allNodesRestartAtOnce(t *testing.T, m medium) {
 	}
 	closePaths()
 
-	for _, n := range tc.nodes {
-		_ = n.cmd.Process.Kill() // all at once, then wait
-	}
-	for _, n := range tc.nodes {
-		tc.kill(n)
-	}
+	tc.killAll()
 	start := time.Now()
 	for _, n := range tc.nodes {
 		tc.start(n)

@@ -39,6 +39,7 @@ type group struct {
 	watchers map[cluster.NodeID][]chan cluster.NodeID
 	stopped  map[cluster.NodeID]bool   // StopGroup
 	failed   map[cluster.NodeID]string // FailGroup: why
+	snaps    []string                  // snapshot.go
 }
 
 // NewNet returns an empty Net; the metadata leader is the first node that
