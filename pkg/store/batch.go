@@ -44,6 +44,14 @@ func (w *writer) flushStream(st *stream, pad bool) error {
 	if n == 0 {
 		return nil
 	}
+	// No stripe goes to a segment before its open row is durable: a
+	// segment whose open a crash lost is free again with its old
+	// generation, so its next open reuses the lost one's generation and
+	// (the lost stripes never replayed) its sequences; stripes written
+	// under the lost open would then pass for the new one's (segrows.go).
+	if err := w.rows.wait(b.seg.openTicket); err != nil {
+		return err
+	}
 	fl := &flight{st: st, b: b, n: n, sums: make([]summary, n), done: make(chan struct{})}
 	if err := w.encodeStripes(b, fl.sums); err != nil {
 		return err
@@ -197,9 +205,6 @@ func (w *writer) afterBatch(st *stream, fl *flight) error {
 	b.spare = append(b.spare, b.stripes[:fl.n]...)
 	b.stripes, b.seg, b.geom = b.stripes[:0], nil, nil
 	st.spare = append(st.spare, b)
-	if err := w.rows.wait(g.openTicket); err != nil {
-		return err
-	}
 	if bufferSeq > uint64(w.released) {
 		if err := w.release(cache.Seq(bufferSeq)); err != nil {
 			return err

@@ -35,10 +35,12 @@
 // still in the write buffer.
 //
 // Segment rows (opened, sealed) reach the metadata in the background, many
-// per transaction (segrows.go): an open row is durable before the buffer
-// records of the segment's stripes are released, every row before a
-// checkpoint; a seal row that a crash loses is redone by recovery, which
-// seals a segment it finds open at its last intact stripe.
+// per transaction (segrows.go): an open row is durable before the
+// segment's first stripe is written (a segment whose open a crash lost is
+// free again at its old generation, and its next open would take stripes
+// the lost one wrote for its own), every row before a checkpoint; a seal
+// row that a crash loses is redone by recovery, which seals a segment it
+// finds open at its last intact stripe.
 //
 // Partial stripes: a stripe is written when full. A partial one is padded
 // (empty slots are zero) and written only when (a) no write has arrived for

@@ -13,9 +13,11 @@ import (
 // writer's path. It belongs to the writer goroutine.
 //
 // Durability is asked for where it is needed, with a ticket: a segment's
-// open row before the write-buffer records of its first stripes are
-// released (recovery looks for stripes only in segments the metadata shows
-// open or sealed), every row before a checkpoint commits (the checkpointed
+// open row before its first stripe is written (flushStream: recovery looks
+// for stripes only in segments the metadata shows open or sealed, and a
+// segment whose open row a crash lost is reopened at the same generation,
+// so stripes written under the lost open would pass for the new one's),
+// and so before their write-buffer records are released; every row before a checkpoint commits (the checkpointed
 // map points into them), and a free row before the segment's range is
 // discarded (freeing.go). A seal row is never waited for: recovery seals a
 // segment it finds open at its last intact stripe, which is what the seal
