@@ -1,7 +1,6 @@
 package store
 
 import (
-	"basalt/pkg/compress"
 	"context"
 	"errors"
 	"fmt"
@@ -143,10 +142,6 @@ func (s *Store) familySource(volume, name string, skipName bool) (*volume, error
 	v, ok := s.vols.byName[volume]
 	if !ok || v.info.SnapshotOf != 0 {
 		return nil, fmt.Errorf("%w: %q", ErrNoVolume, volume)
-	}
-	if v.compression != compress.None {
-		// Not yet: a crash test loses a block with both (docs/ARCHITECTURE.md).
-		return nil, fmt.Errorf("%w: snapshots of a compressed volume (%q) are not supported yet", ErrInvalidOptions, volume)
 	}
 	return v, nil
 }

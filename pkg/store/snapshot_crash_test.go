@@ -1,6 +1,7 @@
 package store
 
 import (
+	"basalt/pkg/compress"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -69,7 +70,9 @@ func runSnapshotCrash(t *testing.T, seed int64) error {
 	cfg := crashRigConfig(rng, true)
 	cfg.faults = false
 	c := &famRun{t: t, rng: rng, r: newRig(t, cfg)}
-	o := VolumeOptions{} // snapshots of compressed volumes are refused (familySource)
+	// A third of the seeds compress with lz4, a third with zstd (the
+	// volume's snapshots and clones share its packed slots).
+	o := VolumeOptions{Compression: []compress.Algorithm{compress.None, compress.LZ4, compress.Zstd}[uint64(seed)%3]}
 	if _, err := c.r.s.CreateVolumeWith("v", 96*BlockSize, o); err != nil {
 		return err
 	}
