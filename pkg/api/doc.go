@@ -31,8 +31,7 @@
 //	POST    /v1/volumes/{name}/qos                 VolumeView; body cluster.QoSChange: the I/O
 //	                                               limits it names replace the volume's (qos.go)
 //	GET     /v1/volumes/{name}/snapshots           SnapshotsView: name, order taken, pinned_bytes
-//	POST    /v1/volumes/{name}/snapshots           201 SnapshotView; body {"name"}; 409 name taken,
-//	                                               409 refused for a compressed volume
+//	POST    /v1/volumes/{name}/snapshots           201 SnapshotView; body {"name"}; 409 name taken
 //	DELETE  /v1/volumes/{name}/snapshots/{snap}    SnapshotsView (those left)
 //	POST    /v1/volumes/{name}/rollback            SnapshotsView; body {"snapshot","force"}; 409
 //	                                               refused while a host is connected, unless force
@@ -100,8 +99,7 @@
 //	no_capacity  409     too few nodes for rf, or no ANA group left
 //	not_leader   503     (with Retry-After) leadership moved
 //	no_leader    503     (with Retry-After) no metadata leader: no quorum
-//	refused      409     a rollback while a host is connected (without force);
-//	                     a snapshot of a compressed volume
+//	refused      409     a rollback while a host is connected (without force)
 //	not_volume_leader 503 (with Retry-After) no replica of the volume leads its
 //	                     group now (starting, electing)
 //	no_replica_here 404  node-only route: this node holds no replica

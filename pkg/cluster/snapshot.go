@@ -24,7 +24,7 @@ var (
 	// volume's group (the API asks another).
 	ErrNotVolumeLeader = errors.New("cluster: this node does not lead the volume's group")
 	// ErrRefused: the operation is refused in the volume's present state
-	// (a host is connected, the volume is compressed).
+	// (a host is connected).
 	ErrRefused = errors.New("cluster: refused")
 )
 
@@ -74,7 +74,7 @@ type SnapshotSpaceReporter interface {
 // lead the volume's group, and returns the volume's snapshots after it.
 // Errors wrap ErrNoReplicaHere or ErrNotVolumeLeader (ask another node),
 // ErrNotFound (no such snapshot), ErrExists (the name is taken), ErrInvalid
-// (a bad name or op), ErrRefused (a compressed volume) or ErrUnsupported.
+// (a bad name or op) or ErrUnsupported.
 func (c *Cluster) LocalSnapshot(ctx context.Context, id GroupID, req SnapshotRequest) ([]SnapshotStatus, error) {
 	c.rec.mu.Lock()
 	lv := c.rec.mu.live[id]
@@ -87,8 +87,6 @@ func (c *Cluster) LocalSnapshot(ctx context.Context, id GroupID, req SnapshotReq
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("%w: snapshots of volume %q", ErrUnsupported, v.Name)
-	case v.Compression != "":
-		return nil, fmt.Errorf("%w: snapshots of a compressed volume (%q, %s) are not supported yet", ErrRefused, v.Name, v.Compression)
 	case !lv.group.IsLeader():
 		return nil, fmt.Errorf("%w: volume %q (leader: node %d)", ErrNotVolumeLeader, v.Name, lv.group.Leader())
 	}
