@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,19 +36,19 @@ func TestQoSHoldsWritesBeforeRaft(t *testing.T) {
 	before := lv.Group().Status().LastIndex
 	// Two writes at one instant: the first takes the burst, the second
 	// waits exactly 100 ms.
-	var first, second error = errPending, errPending
-	lv.WriteAtAsync(bytes.Repeat([]byte{2}, 4096), 4096, 0, func(err error) { first = err })
-	lv.WriteAtAsync(bytes.Repeat([]byte{3}, 4096), 8192, 0, func(err error) { second = err })
+	var first, second asyncErr
+	lv.WriteAtAsync(bytes.Repeat([]byte{2}, 4096), 4096, 0, first.set)
+	lv.WriteAtAsync(bytes.Repeat([]byte{3}, 4096), 8192, 0, second.set)
 	c.run(90 * time.Millisecond)
-	if first != nil || second != errPending {
-		t.Fatalf("after 90ms: first write %v, second (throttled for 100ms) %v", first, second)
+	if first.get() != nil || second.done() {
+		t.Fatalf("after 90ms: first write %v, second (throttled for 100ms) %v", first.get(), second.get())
 	}
 	if got := lv.Group().Status().LastIndex; got != before+1 {
 		t.Fatalf("the throttled write reached Raft while it waited: last index %d → %d", before, got)
 	}
-	c.runUntil(time.Second, "the throttled write completes", func() bool { return second != errPending })
-	if second != nil {
-		t.Fatal(second)
+	c.runUntilReal(time.Second, "the throttled write completes", second.done)
+	if err := second.get(); err != nil {
+		t.Fatal(err)
 	}
 	s := lv.Counters().QoS().Stats(qos.Write)
 	if s != (qos.Stats{Throttled: 1, Waited: 100 * time.Millisecond}) {
@@ -88,22 +89,22 @@ func TestQoSDefersReadsAndTrims(t *testing.T) {
 		t.Fatalf("QoS() = %v, want %v", got, want)
 	}
 	buf := make([]byte, 4096)
-	var r1, r2, tr error = errPending, errPending, errPending
+	var r1, r2, tr asyncErr
 	start := c.clock.Now()
-	lv.ReadAtAsync(buf, 3*4096, func(err error) { r1 = err })
-	lv.ReadAtAsync(buf, 3*4096, func(err error) { r2 = err })
-	lv.TrimAsync(0, 4096, func(err error) { tr = err })
-	c.runUntil(time.Second, "the first read", func() bool { return r1 != errPending })
-	c.runUntil(time.Second, "the throttled read", func() bool { return r2 != errPending })
-	if d := c.clock.Since(start); r2 != nil || d < 50*time.Millisecond {
-		t.Fatalf("second read: %v after %v, want success after its 50ms", r2, d)
+	lv.ReadAtAsync(buf, 3*4096, r1.set)
+	lv.ReadAtAsync(buf, 3*4096, r2.set)
+	lv.TrimAsync(0, 4096, tr.set)
+	c.runUntilReal(time.Second, "the first read", r1.done)
+	c.runUntilReal(time.Second, "the throttled read", r2.done)
+	if d := c.clock.Since(start); r2.get() != nil || d < 50*time.Millisecond {
+		t.Fatalf("second read: %v after %v, want success after its 50ms", r2.get(), d)
 	}
 	if !bytes.Equal(buf, bytes.Repeat([]byte{9}, 4096)) {
 		t.Fatal("the throttled read returned the wrong data")
 	}
-	c.runUntil(time.Second, "the throttled trim", func() bool { return tr != errPending })
-	if d := c.clock.Since(start); tr != nil || d < 100*time.Millisecond {
-		t.Fatalf("trim: %v after %v, want success after its 100ms", tr, d)
+	c.runUntilReal(time.Second, "the throttled trim", tr.done)
+	if d := c.clock.Since(start); tr.get() != nil || d < 100*time.Millisecond {
+		t.Fatalf("trim: %v after %v, want success after its 100ms", tr.get(), d)
 	}
 	if s := lv.Counters().QoS().Stats(qos.Read); s.Throttled != 1 {
 		t.Fatalf("read counters %+v", s)
@@ -169,24 +170,62 @@ func TestQoSNewLeaderEnforcesAtOnce(t *testing.T) {
 	c.vols[old].Group().TransferLeadership(next)
 	c.runUntil(5*time.Second, "the new leader", func() bool { return c.vols[next].Group().IsLeader() })
 	nv := c.vols[next]
-	var first, second error = errPending, errPending
-	nv.WriteAtAsync(make([]byte, 4096), 0, 0, func(err error) { first = err })
-	nv.WriteAtAsync(make([]byte, 4096), 4096, 0, func(err error) { second = err })
+	var first, second asyncErr
+	nv.WriteAtAsync(make([]byte, 4096), 0, 0, first.set)
+	nv.WriteAtAsync(make([]byte, 4096), 4096, 0, second.set)
 	c.run(50 * time.Millisecond)
-	if first != nil || second != errPending {
-		t.Fatalf("on the new leader after 50ms: first %v, second %v (want held for 100ms)", first, second)
+	if first.get() != nil || second.done() {
+		t.Fatalf("on the new leader after 50ms: first %v, second %v (want held for 100ms)", first.get(), second.get())
 	}
-	// The throttle lets a held command go from its own goroutine: give it
-	// real time between the simulated milliseconds, or a loaded machine
-	// runs the simulated second before that goroutine is scheduled.
-	for i := 0; second == errPending; i++ {
-		if i == 1000 {
-			t.Fatal("the held write: not within 1s")
+	c.runUntilReal(time.Second, "the held write", second.done)
+	if err := second.get(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// asyncErr is an asynchronous command's result: its callback may run on
+// the throttle's goroutine (a deferred read whose barrier completes at
+// once), so the test reads it under a lock.
+type asyncErr struct {
+	mu  sync.Mutex
+	err error
+	ok  bool
+}
+
+func (a *asyncErr) set(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.err, a.ok = err, true
+}
+
+func (a *asyncErr) done() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.ok
+}
+
+// get returns the result, errPending before the callback.
+func (a *asyncErr) get() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.ok {
+		return errPending
+	}
+	return a.err
+}
+
+// runUntilReal is runUntil giving the process real time between the
+// simulated milliseconds: the throttle lets a held command go from its own
+// goroutine, which a loaded machine may not schedule before a simulated
+// second has run.
+func (c *simCluster) runUntilReal(limit time.Duration, what string, cond func() bool) {
+	c.t.Helper()
+	deadline := c.clock.Now().Add(limit)
+	for !cond() {
+		if !c.clock.Now().Before(deadline) {
+			c.t.Fatalf("not within %v: %s", limit, what)
 		}
 		c.run(time.Millisecond)
 		time.Sleep(200 * time.Microsecond)
-	}
-	if second != nil {
-		t.Fatal(second)
 	}
 }

@@ -41,14 +41,20 @@ var RejectedHostNVMeLines = []*regexp.Regexp{
 // KilledConnectionNVMeLines are what the host may log about the one
 // connection whose target process was killed under it, depending only on
 // where in its own work the kill found it: a send that met the reset
-// (ECONNRESET), and the keep-alive (admin queue 0, command ID 0) that was in
-// flight and is timed out during error recovery. No I/O queue's timeout is
-// among them.
+// (ECONNRESET), a queue closed from both sides at once, and the keep-alive
+// (admin queue 0, command ID 0) that was in flight and is timed out during
+// error recovery. No I/O queue's timeout is among them.
 var KilledConnectionNVMeLines = []*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: failed to send request -104$`),
 	regexp.MustCompile(`^nvme nvme\d+: queue 0: timeout request 0x0 type 4$`),
 	regexp.MustCompile(`^nvme nvme\d+: long keepalive RTT \(\d+ ms\)$`),
 	regexp.MustCompile(`^nvme nvme\d+: failed nvme_keep_alive_end_io error=10$`),
+	// A target that stops or is killed has every queue's socket closed; when
+	// the host's error recovery, started by another queue's close, shuts
+	// this queue down while the target's FIN is in flight, both sides close
+	// at once and the socket passes through TCP_CLOSING (11), which
+	// nvme-tcp's state callback logs.
+	regexp.MustCompile(`^nvme nvme\d+: queue \d+ socket state 11$`),
 }
 
 // FailoverNVMeLines are additionally allowed while a target is killed and
@@ -63,11 +69,6 @@ var FailoverNVMeLines = append([]*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: Reconnecting in \d+ seconds\.\.\.$`),
 	regexp.MustCompile(`^nvme nvme\d+: Successfully reconnected \(\d+ attempts?\)$`),
 	regexp.MustCompile(`^block nvme\d+n\d+: no usable path - requeuing I/O$`),
-	// A stopping target closes every queue's socket; when the host's error
-	// recovery, started by another queue's close, shuts this queue down while
-	// the target's FIN is in flight, both sides close at once and the socket
-	// passes through TCP_CLOSING (11), which nvme-tcp's state callback logs.
-	regexp.MustCompile(`^nvme nvme\d+: queue \d+ socket state 11$`),
 }, KilledConnectionNVMeLines...)
 
 // phaseRE matches the marker guest/lib.sh's phase() writes to the kernel log.
