@@ -114,6 +114,9 @@ func TestBuffersOnlyAfterICReq(t *testing.T) {
 	if got := io.read(0, 128); !bytes.Equal(got, pattern(64<<10, 1)) {
 		t.Fatal("read back differs")
 	}
+	// The read's data buffer goes back once its C2HData is sent, which the
+	// host may see before the queue's goroutine returns it.
+	waitFor(t, func() bool { st := b.Stats(); return st.WriteBytes == 0 && st.ReadBytes == 0 })
 	st := b.Stats()
 	if want := int64(2*handshakeReadBufferSize + DefaultReadBufferSize); st.ReadBufferBytes != want {
 		t.Fatalf("read buffers %d bytes, want %d (two at 16 KiB, one I/O queue)", st.ReadBufferBytes, want)

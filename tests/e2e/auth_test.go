@@ -252,10 +252,12 @@ var nvmetDmesg = map[string][]*regexp.Regexp{
 		regexp.MustCompile(`^nvmet: ctrl \d+ qid 0 host response mismatch$`),
 		regexp.MustCompile(`^nvmet: ctrl \d+ qid 0 failure1 \(1\)$`),
 		regexp.MustCompile(`^nvmet: ctrl \d+ fatal error occurred!$`),
+		simultaneousClose,
 	}, refusedDHWrong.dmesg...),
 	"dh-missing": refusedDHMissing.dmesg,
 	"dh-ctrl-wrong": append([]*regexp.Regexp{
 		regexp.MustCompile(`^nvmet: ctrl \d+ fatal error occurred!$`),
+		simultaneousClose, // nvmet drops the controller as the host gives up
 	}, refusedDHCtrlWrong.dmesg...),
 	"tls-wrong": refusedTLSWrong.dmesg,
 	"tls-plain": refusedTLSPlainNvmet.dmesg,

@@ -49,13 +49,14 @@ var KilledConnectionNVMeLines = []*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: queue 0: timeout request 0x0 type 4$`),
 	regexp.MustCompile(`^nvme nvme\d+: long keepalive RTT \(\d+ ms\)$`),
 	regexp.MustCompile(`^nvme nvme\d+: failed nvme_keep_alive_end_io error=10$`),
-	// A target that stops or is killed has every queue's socket closed; when
-	// the host's error recovery, started by another queue's close, shuts
-	// this queue down while the target's FIN is in flight, both sides close
-	// at once and the socket passes through TCP_CLOSING (11), which
-	// nvme-tcp's state callback logs.
-	regexp.MustCompile(`^nvme nvme\d+: queue \d+ socket state 11$`),
+	simultaneousClose,
 }
+
+// simultaneousClose is nvme-tcp's line for a queue whose socket both sides
+// closed at once (TCP_CLOSING, 11): a target that stops, is killed or
+// drops a controller closes the sockets while the host's error recovery
+// (or its failed connect) shuts the same queue down.
+var simultaneousClose = regexp.MustCompile(`^nvme nvme\d+: queue \d+ socket state 11$`)
 
 // FailoverNVMeLines are additionally allowed while a target is killed and
 // restarted: the host's TCP error recovery and reconnect messages, the
