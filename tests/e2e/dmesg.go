@@ -36,6 +36,7 @@ var NormalNVMeLines = []*regexp.Regexp{
 var RejectedHostNVMeLines = []*regexp.Regexp{
 	regexp.MustCompile(`^nvme nvme\d+: Connect for subsystem \S+ is not allowed, hostnqn: \S+$`),
 	regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=16772$`),
+	simultaneousClose,
 }
 
 // KilledConnectionNVMeLines are what the host may log about the one

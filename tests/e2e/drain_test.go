@@ -224,6 +224,7 @@ var DrainNVMeLines = []*regexp.Regexp{
 	// 0x4182: DNR | Connect Invalid Parameters (the subsystem is gone).
 	regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=16770$`),
 	DeadPathDisconnectLine,
+	simultaneousClose, // the drained path's queues closed by both sides at once
 }
 
 // DeadPathDisconnectLine is what `nvme disconnect` of a controller whose
@@ -385,6 +386,7 @@ func TestDrainDmesgAllowList(t *testing.T) {
 		"nvme nvme3: failed to connect queue: 0 ret=16770",
 		"nvme nvme3: Failed reconnect attempt 1",
 		"nvme nvme3: Property Set error: 880, offset 0x14",
+		"nvme nvme3: queue 1 socket state 11",
 	}
 	never := []string{
 		"block nvme1n1: no usable path - requeuing I/O",
