@@ -84,9 +84,11 @@ var refusedTLSWrongBasalt = authCase{name: "tls-wrong",
 
 // basaltAuthDmesg: per phase, the host lines of the refusals.
 var basaltAuthDmesg = map[string][]*regexp.Regexp{
-	"dh-wrong":      refusedDHWrong.dmesg,
+	// simultaneousClose is allowed, not required: the controller drops the
+	// failed association as the host does.
+	"dh-wrong":      append([]*regexp.Regexp{simultaneousClose}, refusedDHWrong.dmesg...),
 	"dh-missing":    refusedDHMissing.dmesg,
-	"dh-ctrl-wrong": refusedDHCtrlWrong.dmesg,
+	"dh-ctrl-wrong": append([]*regexp.Regexp{simultaneousClose}, refusedDHCtrlWrong.dmesg...),
 	"tls-wrong":     refusedTLSWrongBasalt.dmesg,
 	"tls-plain": {
 		regexp.MustCompile(`^nvme nvme\d+: Connect for subsystem \S+ is not allowed, hostnqn: \S+$`),

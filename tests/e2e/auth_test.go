@@ -200,7 +200,6 @@ var (
 		dmesg: []*regexp.Regexp{
 			regexp.MustCompile(`^nvme nvme\d+: qid 0: authentication failed, error -129$`),
 			regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=-129$`),
-			simultaneousClose, // the controller drops the failed association as the host does
 		}}
 	// No secret while the controller requires authentication (the Connect
 	// response's AUTHREQ): the host gives up itself with ENOKEY, which
@@ -221,7 +220,6 @@ var (
 			regexp.MustCompile(`^nvme nvme\d+: qid 0: controller authentication failed$`),
 			regexp.MustCompile(`^nvme nvme\d+: qid 0: authentication failed, error -129$`),
 			regexp.MustCompile(`^nvme nvme\d+: failed to connect queue: 0 ret=-129$`),
-			simultaneousClose, // the controller drops the failed association as the host does
 		}}
 	// A PSK the target does not have: the TLS handshake fails (tlshd:
 	// "The TLS connection was non-properly terminated"), reported to the
@@ -254,10 +252,12 @@ var nvmetDmesg = map[string][]*regexp.Regexp{
 		regexp.MustCompile(`^nvmet: ctrl \d+ qid 0 host response mismatch$`),
 		regexp.MustCompile(`^nvmet: ctrl \d+ qid 0 failure1 \(1\)$`),
 		regexp.MustCompile(`^nvmet: ctrl \d+ fatal error occurred!$`),
+		simultaneousClose,
 	}, refusedDHWrong.dmesg...),
 	"dh-missing": refusedDHMissing.dmesg,
 	"dh-ctrl-wrong": append([]*regexp.Regexp{
 		regexp.MustCompile(`^nvmet: ctrl \d+ fatal error occurred!$`),
+		simultaneousClose, // allowed, not required: the controller drops the association as the host does
 	}, refusedDHCtrlWrong.dmesg...),
 	"tls-wrong": refusedTLSWrong.dmesg,
 	"tls-plain": refusedTLSPlainNvmet.dmesg,
